@@ -1,0 +1,7 @@
+"""Entry point for `python -m opscan`."""
+
+import sys
+
+from opscan.cli import main
+
+sys.exit(main())

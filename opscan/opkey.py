@@ -1,0 +1,90 @@
+"""Shared: `OpKey`, the one spelling of an operator overload used by every stage.
+
+| where                        | spelling                                   |
+|------------------------------|--------------------------------------------|
+| JSON `op` + `overload`       | "aten::add", "Tensor" (default -> "default") |
+| display / PyTorch error text | aten::add.Tensor, aten::relu (no suffix for default) |
+| native_functions.yaml        | add.Tensor, relu                           |
+| Python                       | torch.ops.aten.add.Tensor, str(func) == "aten.relu.default" |
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DEFAULT = "default"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True, order=True)
+class OpKey:
+    """An operator overload: namespace, name and overload ("default" for the unnamed one)."""
+
+    namespace: str
+    name: str
+    overload: str = DEFAULT
+
+    def __post_init__(self) -> None:
+        for part in (self.namespace, self.name, self.overload):
+            if not _NAME.match(part):
+                raise ValueError(f"not a valid operator name part: {part!r} in {self!r}")
+
+    @property
+    def op(self) -> str:
+        """JSON `op` field: "aten::name"."""
+        return f"{self.namespace}::{self.name}"
+
+    @property
+    def display(self) -> str:
+        """PyTorch's own spelling: "aten::name.overload", no suffix for the default overload."""
+        return self.op if self.overload == DEFAULT else f"{self.op}.{self.overload}"
+
+    @property
+    def yaml_name(self) -> str:
+        """native_functions.yaml spelling: "name.overload" or "name"."""
+        return self.name if self.overload == DEFAULT else f"{self.name}.{self.overload}"
+
+    @property
+    def python(self) -> str:
+        """Python attribute path: "torch.ops.aten.name.overload"."""
+        return f"torch.ops.{self.namespace}.{self.name}.{self.overload}"
+
+    def __str__(self) -> str:
+        return self.display
+
+    @classmethod
+    def from_json(cls, op: str, overload: str) -> OpKey:
+        """Build from the report's `op` ("aten::x") and `overload` fields."""
+        namespace, sep, name = op.partition("::")
+        if not sep:
+            raise ValueError(f"op field must look like 'namespace::name', got {op!r}")
+        return cls(namespace, name, overload or DEFAULT)
+
+    @classmethod
+    def from_yaml(cls, func_name: str, namespace: str = "aten") -> OpKey:
+        """Build from a yaml `func:` name such as "add.Tensor" or "relu"."""
+        name, _, overload = func_name.partition(".")
+        return cls(namespace, name, overload or DEFAULT)
+
+    @classmethod
+    def parse(cls, text: str) -> OpKey:
+        """Parse any spelling: "aten::add.Tensor", "aten.add.Tensor", "torch.ops.aten.add.Tensor",
+        "aten::relu" (default overload) or a bare yaml name "add.Tensor" (namespace aten)."""
+        text = text.strip()
+        if text.startswith("torch.ops."):
+            text = text[len("torch.ops."):]
+        if "::" in text:
+            namespace, _, rest = text.partition("::")
+            name, _, overload = rest.partition(".")
+            return cls(namespace, name, overload or DEFAULT)
+        parts = text.split(".")
+        if len(parts) == 3:
+            return cls(parts[0], parts[1], parts[2])
+        return cls.from_yaml(text)
+
+    @classmethod
+    def of(cls, func: object) -> OpKey:
+        """Build from a torch OpOverload (anything whose str() is "ns.name.overload")."""
+        namespace, name, overload = str(func).split(".")
+        return cls(namespace, name, overload)

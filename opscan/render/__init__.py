@@ -1,0 +1,19 @@
+"""Render stage: pure functions Report -> str, one per output format.
+
+`FORMATS` maps each `--format` name to its renderer; only the CLI writes files.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from opscan.render.console import render_table
+from opscan.render.structured import render_json, render_yaml
+
+FORMATS: dict[str, Callable[..., str]] = {
+    "table": render_table,
+    "json": render_json,
+    "yaml": render_yaml,
+}
+
+__all__ = ["FORMATS", "render_table", "render_json", "render_yaml"]

@@ -1,0 +1,135 @@
+"""Render stage: the human table (the only module that imports rich).
+
+Layout: a header naming what was predicted for, one summary line per verdict (unknown always shown),
+the rows grouped by module (non-native only unless verbose), the lane with its reasons and, with
+`tree=True`, the module tree coloured by each module's worst verdict.
+"""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+from rich.tree import Tree
+
+from opscan.report import Report, Row
+from opscan.verdict import Verdict
+
+STYLE = {
+    Verdict.NATIVE: "green", Verdict.UNKNOWN: "yellow", Verdict.CPU_FALLBACK: "dark_orange",
+    Verdict.UNSUPPORTED: "red", Verdict.UNSUPPORTED_DTYPE: "red", Verdict.MISMATCH: "magenta",
+    Verdict.ERROR: "bold red", Verdict.CRASH: "bold magenta", Verdict.TIMEOUT: "bold magenta",
+}
+
+
+def render_table(report: Report, *, verbose: bool = False, tree: bool = False, width: int = 100,
+                 color: bool = False) -> str:
+    """The console report as text (ANSI colours only when `color`)."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system="standard" if color else None,
+                      force_terminal=color, highlight=False, soft_wrap=False)
+    console.print(_header(report))
+    console.print(_summary(report))
+    rows = report.rows if verbose else tuple(r for r in report.rows if r.verdict != Verdict.NATIVE)
+    if rows:
+        console.print(_rows_table(rows))
+    elif report.rows:
+        console.print(f"All {len(report.rows)} rows are native (-v lists them).")
+    if tree:
+        console.print(_module_tree(report))
+    console.print(_lane(report))
+    return buf.getvalue()
+
+
+def _header(report: Report) -> str:
+    a = report.assumptions
+    what = "training step" if report.trace.get("step") == "train" else "inference forward"
+    fx = report.trace.get("fx", {})
+    fx_line = "fx graph: traced" if fx.get("traced") else f"fx graph: not traced ({fx.get('reason')})"
+    return (
+        f"opscan {report.opscan_version} · {report.model} · {what} · {report.mode} for torch "
+        f"{a.get('torch_release')} (installed {a.get('installed_torch')})\n"
+        f"{report.trace.get('calls', 0)} calls, {report.trace.get('bookkeeping_calls', 0)} bookkeeping · "
+        f"phases: {_phases(report)} · {fx_line}"
+    )
+
+
+def _phases(report: Report) -> str:
+    return ", ".join(f"{phase} {counts['calls']}" for phase, counts in report.phases.items())
+
+
+def _summary(report: Report) -> str:
+    parts = []
+    for name, counts in report.summary.items():
+        if counts["ops"] or name in ("native", "unknown"):
+            parts.append(f"{name} {counts['ops']} ops/{counts['calls']} calls")
+    return "Summary: " + " · ".join(parts)
+
+
+def _rows_table(rows: tuple[Row, ...]) -> Table:
+    table = Table(show_lines=False, expand=False, box=None, pad_edge=False, header_style="bold")
+    for column in ("module", "op", "dtypes", "verdict", "calls", "phases", "evidence / remedy"):
+        table.add_column(column, overflow="fold")
+    for row in sorted(rows, key=lambda r: (r.modules[0] if r.modules else "", -r.verdict.rank)):
+        table.add_row(
+            _modules(row), row.op.display, ",".join(dict.fromkeys(row.dtypes)) or "-",
+            f"[{STYLE[row.verdict]}]{row.verdict.value}[/]", str(row.calls), ",".join(row.phases),
+            _why(row),
+        )
+    return table
+
+
+def _modules(row: Row) -> str:
+    first = row.modules[0] if row.modules else ""
+    first = first or "(top level)"
+    return first if len(row.modules) <= 1 else f"{first} (+{len(row.modules) - 1})"
+
+
+def _why(row: Row) -> str:
+    text = row.evidence.text
+    if row.cpu_op is not None:
+        text = f"{text} (CPU trace: {row.cpu_op.display})"
+    return f"{text} → {row.remedy}" if row.remedy else text
+
+
+def _module_tree(report: Report) -> Tree:
+    worst: dict[str, Verdict] = {}
+    calls: dict[str, int] = {}
+    for row in report.rows:
+        for module in row.modules:
+            for prefix in _prefixes(module):
+                if prefix not in worst or row.verdict.rank > worst[prefix].rank:
+                    worst[prefix] = row.verdict
+                calls[prefix] = calls.get(prefix, 0) + row.calls
+    root = Tree(_tree_label(report.model_name, "", worst, calls))
+    nodes = {"": root}
+    for path, kind in report.modules:
+        if not path:
+            continue
+        parent = nodes.get(path.rpartition(".")[0], root)
+        nodes[path] = parent.add(_tree_label(f"{path.rpartition('.')[2]} ({kind})", path, worst, calls))
+    return root
+
+
+def _prefixes(module: str):
+    yield ""
+    parts = module.split(".") if module else []
+    for i in range(1, len(parts) + 1):
+        yield ".".join(parts[:i])
+
+
+def _tree_label(name: str, path: str, worst, calls) -> str:
+    verdict = worst.get(path)
+    if verdict is None:
+        return name
+    return f"{name} [{STYLE[verdict]}]{verdict.value}[/] ({calls.get(path, 0)} calls incl. children)"
+
+
+def _lane(report: Report) -> str:
+    lines = [f"Lane ({report.mode}): {report.lane.name}"]
+    reasons = report.lane.reasons
+    lines += [f"  - {r}" for r in reasons[:10]]
+    if len(reasons) > 10:
+        lines.append(f"  … and {len(reasons) - 10} more rows (see report.json)")
+    return "\n".join(lines)

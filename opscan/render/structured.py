@@ -1,0 +1,19 @@
+"""Render stage: the report JSON and YAML (one dict, two serialisers)."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from opscan.report import Report
+
+
+def render_json(report: Report, **_) -> str:
+    """The report as indented JSON (schema v1)."""
+    return json.dumps(report.to_dict(), indent=2) + "\n"
+
+
+def render_yaml(report: Report, **_) -> str:
+    """The same dict as YAML, keys in schema order; read it back with yaml.safe_load."""
+    return yaml.safe_dump(report.to_dict(), sort_keys=False, allow_unicode=True)

@@ -1,0 +1,166 @@
+"""Target stage: turn "file.py:fn" or "pkg.mod:fn" into a model, example inputs and step hooks.
+
+The contract (README, "Targets"): the factory returns an `nn.Module` or `(model, example_inputs)`.
+Otherwise the file may define `example_inputs()`, or the user passes `--input SHAPE:DTYPE`.
+Optional hooks in the same file: `train_step(model, optimizer, inputs)`, `loss_fn(outputs, inputs)`,
+`build_optimizer(model)`. Every failure here is a `TargetError` with one actionable line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+import torch
+
+from opscan.errors import TargetError
+from opscan.inputs import InputSpec, random_inputs
+
+
+@dataclass(frozen=True)
+class Target:
+    """A loaded model with everything needed to run its step."""
+
+    spec: str
+    name: str
+    model: torch.nn.Module
+    inputs: Any
+    train_step: Callable | None
+    loss_fn: Callable | None
+    build_optimizer: Callable | None
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    """"path/model.py:fn" or "pkg.mod:fn" -> (location, function name)."""
+    location, sep, func = spec.rpartition(":")
+    if not sep or not location or not func.isidentifier():
+        raise TargetError(
+            f"target {spec!r} is not of the form FILE.py:FUNCTION or package.module:FUNCTION "
+            "— e.g. examples/cnn.py:build_model or torchvision.models:resnet18"
+        )
+    return location, func
+
+
+def import_location(location: str) -> ModuleType:
+    """Import a .py file (by path) or a dotted module name, turning failures into TargetError."""
+    if location.endswith(".py") or "/" in location or Path(location).is_file():
+        return _import_file(Path(location))
+    try:
+        return importlib.import_module(location)
+    except Exception as exc:  # noqa: BLE001 - any import failure is the user's to fix
+        raise TargetError(
+            f"cannot import module {location!r}: {type(exc).__name__}: {exc} "
+            "— install it, or point TARGET at a file with FILE.py:FUNCTION",
+            user_traceback=traceback.format_exc(),
+        ) from None
+
+
+def _import_file(path: Path) -> ModuleType:
+    if not path.is_file():
+        raise TargetError(f"model file {str(path)!r} does not exist — check the path in TARGET")
+    name = f"opscan_target_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise TargetError(f"cannot load {str(path)!r} as Python — TARGET files must be .py files")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.resolve().parent))
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise TargetError(
+            f"{path}:{exc.lineno}: syntax error: {exc.msg} — fix the file and rerun",
+            user_traceback=traceback.format_exc(),
+        ) from None
+    except Exception as exc:  # noqa: BLE001
+        raise TargetError(
+            f"importing {path} raised {type(exc).__name__}: {exc} — fix the file or install what it imports",
+            user_traceback=traceback.format_exc(),
+        ) from None
+    return module
+
+
+def load_target(spec: str, factory_args: dict[str, Any], input_specs: list[InputSpec]) -> Target:
+    """Load TARGET, call its factory and find its inputs and optional step hooks."""
+    location, func_name = split_spec(spec)
+    module = import_location(location)
+    factory = getattr(module, func_name, None)
+    if not callable(factory):
+        raise TargetError(
+            f"{location} has no function {func_name!r} — name a function that returns an nn.Module"
+        )
+    model, inputs = _call_factory(factory, spec, factory_args)
+    if input_specs:
+        inputs = random_inputs(input_specs)
+    elif inputs is None:
+        inputs = _example_inputs(module, model, spec)
+    return Target(
+        spec=spec,
+        name=_model_name(func_name, model),
+        model=model,
+        inputs=inputs,
+        train_step=_hook(module, "train_step"),
+        loss_fn=_hook(module, "loss_fn"),
+        build_optimizer=_hook(module, "build_optimizer"),
+    )
+
+
+def _call_factory(factory: Callable, spec: str, factory_args: dict[str, Any]):
+    try:
+        result = factory(**factory_args)
+    except TypeError as exc:
+        if factory_args and "argument" in str(exc):
+            raise TargetError(f"{spec} does not accept these --arg values: {exc}") from None
+        raise _factory_failed(spec, exc) from None
+    except Exception as exc:  # noqa: BLE001
+        raise _factory_failed(spec, exc) from None
+    inputs = None
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module):
+        result, inputs = result
+    if not isinstance(result, torch.nn.Module):
+        raise TargetError(
+            f"{spec} returned {type(result).__name__}, not an nn.Module — return the model, "
+            "or a (model, example_inputs) pair"
+        )
+    return result, inputs
+
+
+def _factory_failed(spec: str, exc: Exception) -> TargetError:
+    return TargetError(
+        f"{spec} raised {type(exc).__name__}: {exc} — fix the factory (rerun with -v for its traceback)",
+        user_traceback=traceback.format_exc(),
+    )
+
+
+def _example_inputs(module: ModuleType, model: torch.nn.Module, spec: str):
+    maker = getattr(module, "example_inputs", None)
+    if maker is None:
+        raise TargetError(
+            f"{spec} gives no example inputs — return (model, inputs) from the factory, define "
+            "example_inputs() in the file, or pass --input SHAPE:DTYPE (e.g. --input 1x3x224x224:float32)"
+        )
+    try:
+        takes_model = len(inspect.signature(maker).parameters) > 0
+        return maker(model) if takes_model else maker()
+    except Exception as exc:  # noqa: BLE001
+        raise TargetError(
+            f"example_inputs() raised {type(exc).__name__}: {exc} — fix it or pass --input",
+            user_traceback=traceback.format_exc(),
+        ) from None
+
+
+def _hook(module: ModuleType, name: str) -> Callable | None:
+    value = getattr(module, name, None)
+    return value if callable(value) else None
+
+
+def _model_name(func_name: str, model: torch.nn.Module) -> str:
+    generic = {"build_model", "build", "model", "make_model", "create_model", "get_model"}
+    return type(model).__name__ if func_name in generic else func_name

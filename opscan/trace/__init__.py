@@ -1,0 +1,79 @@
+"""Trace stage: record every aten call of a model's training step.
+
+`trace_step(target, options)` runs forward, loss, backward and the optimizer step under a
+TorchDispatchMode and returns an immutable `Trace`: OpKey, phase, module, tensor metadata and fx
+node of every call, bookkeeping calls kept but flagged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from opscan.target import Target
+from opscan.trace import fxnodes, step
+from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker
+from opscan.trace.recorder import CallRecorder
+from opscan.trace.records import FxInfo, OpCall, TensorMeta, Trace
+
+__all__ = ["TraceOptions", "trace_step", "Trace", "OpCall", "TensorMeta", "FxInfo"]
+
+
+@dataclass(frozen=True)
+class TraceOptions:
+    """How to run the step: training or inference, dtype cast, fx node tagging."""
+
+    inference: bool = False
+    dtype: str | None = None
+    fx: bool = True
+    seed: int = 0
+
+
+def trace_step(target: Target, options: TraceOptions = TraceOptions()) -> Trace:
+    """Run the target's step once under the recorder and return what was dispatched."""
+    torch.manual_seed(options.seed)
+    model, inputs = _prepared(target, options)
+    gm, fx_info = fxnodes.symbolic(model) if options.fx else (None, FxInfo(False, "disabled (--no-fx)"))
+    optimizer = None if options.inference else step.make_optimizer(model, target.build_optimizer)
+    tracker = ModuleTracker(model)
+    mapper = GradFnMapper(tracker)
+    phases = PhaseTracker(tracker)
+    recorder = CallRecorder(tracker, mapper, phases)
+    recorder.index_parameters(model)
+    with contextlib.ExitStack() as stack:
+        for ctx in (tracker, phases, fxnodes.forward_through(model, gm, recorder), mapper, recorder):
+            stack.enter_context(ctx)
+        _run(target, model, optimizer, inputs, options)
+    return Trace(
+        calls=tuple(recorder.calls),
+        model_class=type(model).__name__,
+        mode="inference" if options.inference else "train",
+        modules=tuple((path, type(m).__name__) for path, m in model.named_modules()),
+        fx=fx_info,
+        torch_version=str(torch.__version__),
+        device=_device_of(model),
+    )
+
+
+def _prepared(target: Target, options: TraceOptions):
+    model, inputs = target.model, target.inputs
+    if options.dtype:
+        dtype = getattr(torch, options.dtype)
+        model = model.to(dtype)
+        inputs = step.cast_floating(inputs, dtype)
+    model.eval() if options.inference else model.train()
+    return model, inputs
+
+
+def _run(target: Target, model, optimizer, inputs, options: TraceOptions) -> None:
+    if options.inference:
+        step.run_inference(model, inputs)
+    else:
+        step.run_train_step(model, optimizer, inputs, target.train_step, target.loss_fn)
+
+
+def _device_of(model: torch.nn.Module) -> str:
+    param = next(iter(model.parameters()), None)
+    return str(param.device) if param is not None else "cpu"

@@ -1,0 +1,161 @@
+"""Trace stage: which module and phase caused each call.
+
+Forward: global module hooks keep a stack of module paths. Backward: every autograd node created in
+forward is mapped, by its sequence number, to the module whose code created it (a TorchFunctionMode
+walks the new part of the autograd graph after each torch function), and the engine's current node
+names it during backward. Gradient accumulation is attributed to the parameter's module; optimizer
+calls to the module owning the parameters they touch.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.optim import optimizer as optim_hooks
+
+from opscan.trace.guard import call_through
+from torch.overrides import TorchFunctionMode
+
+_ACCUMULATE = "AccumulateGrad"
+
+
+class ModuleTracker:
+    """Names modules by their path in the model and tracks which ones are running."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.root = model
+        self.names: dict[int, str] = {}
+        for path, module in model.named_modules(remove_duplicate=False):
+            self.names.setdefault(id(module), path)
+        self.param_owner: dict[int, str] = {}
+        for path, module in model.named_modules():
+            for param in module.parameters(recurse=False):
+                self.param_owner.setdefault(id(param), path)
+        self.stack: list[str] = []
+        self.root_depth = 0
+        self._handles: list = []
+
+    def name_of(self, module: torch.nn.Module) -> str:
+        """Dotted path in the model, or `<ClassName>` for modules outside it (a loss module)."""
+        return self.names.get(id(module), f"<{type(module).__name__}>")
+
+    def _pre(self, module, args):
+        self.stack.append(self.name_of(module))
+        if module is self.root:
+            self.root_depth += 1
+
+    def _post(self, module, args, output):
+        if self.stack:
+            self.stack.pop()
+        if module is self.root:
+            self.root_depth -= 1
+
+    def __enter__(self) -> ModuleTracker:
+        hooks = torch.nn.modules.module
+        self._handles = [
+            hooks.register_module_forward_pre_hook(self._pre),
+            hooks.register_module_forward_hook(self._post, always_call=True),
+        ]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+    @property
+    def current(self) -> str | None:
+        """Innermost running module path, or None outside every module."""
+        return self.stack[-1] if self.stack else None
+
+
+class GradFnMapper(TorchFunctionMode):
+    """After each torch function, maps the autograd nodes it created to the running module."""
+
+    def __init__(self, tracker: ModuleTracker):
+        super().__init__()
+        self.tracker = tracker
+        self.node_module: dict[int, str] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = call_through(func, *args, **(kwargs or {}))
+        if torch.is_grad_enabled():
+            current = self.tracker.current
+            self._claim(out, "" if current is None else current)
+        return out
+
+    def _claim(self, out, module: str) -> None:
+        todo = [t.grad_fn for t in _tensors(out) if t.grad_fn is not None]
+        while todo:
+            node = todo.pop()
+            if node is None or type(node).__name__ == _ACCUMULATE:
+                continue
+            seq = node._sequence_nr()
+            if seq in self.node_module:
+                continue
+            self.node_module[seq] = module
+            todo.extend(fn for fn, _ in node.next_functions)
+
+
+def backward_module(mapper: GradFnMapper, tracker: ModuleTracker) -> tuple[str, str] | None:
+    """(module path, how it was found) for a call made by the autograd engine, else None."""
+    node = torch._C._current_autograd_node()
+    if node is None:
+        return None
+    if type(node).__name__ == _ACCUMULATE:
+        owner = tracker.param_owner.get(id(node.variable))
+        return (owner, "parameter") if owner is not None else ("", "none")
+    module = mapper.node_module.get(node._sequence_nr())
+    return (module, "autograd") if module is not None else ("", "none")
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+
+
+class PhaseTracker:
+    """forward (inside the model), loss (after forward, before backward), backward (autograd engine),
+    optimizer (inside optimizer.step, and any glue after backward: clipping, unscaling)."""
+
+    def __init__(self, tracker: ModuleTracker):
+        self.tracker = tracker
+        self.in_optimizer = 0
+        self.after_backward = False
+        self._handles: list = []
+
+    def current(self) -> str:
+        """The phase of a call made now."""
+        if torch._C._current_autograd_node() is not None:
+            self.after_backward = True
+            return "backward"
+        if self.tracker.root_depth > 0:
+            self.after_backward = False
+            return "forward"
+        if self.in_optimizer or self.after_backward:
+            return "optimizer"
+        return "loss"
+
+    def _pre(self, *_):
+        self.in_optimizer += 1
+
+    def _post(self, *_):
+        self.in_optimizer -= 1
+
+    def __enter__(self) -> PhaseTracker:
+        self._handles = [
+            optim_hooks.register_optimizer_step_pre_hook(self._pre),
+            optim_hooks.register_optimizer_step_post_hook(self._post),
+        ]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+__all__ = ["ModuleTracker", "GradFnMapper", "PhaseTracker", "backward_module"]
