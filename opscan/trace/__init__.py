@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
+from opscan.opkey import OpKey
 from opscan.target import Target
 from opscan.trace import fxnodes, step
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker
+from opscan.trace.lens import MpsLens
 from opscan.trace.recorder import CallRecorder
 from opscan.trace.records import FxInfo, OpCall, TensorMeta, Trace
 
@@ -23,16 +26,28 @@ __all__ = ["TraceOptions", "trace_step", "Trace", "OpCall", "TensorMeta", "FxInf
 
 @dataclass(frozen=True)
 class TraceOptions:
-    """How to run the step: training or inference, dtype cast, fx node tagging."""
+    """How to run the step: training or inference, dtype cast, fx node tagging, assumed macOS."""
 
     inference: bool = False
     dtype: str | None = None
     fx: bool = True
     seed: int = 0
+    macos: tuple[int, int] = (14, 0)
 
 
-def trace_step(target: Target, options: TraceOptions = TraceOptions()) -> Trace:
-    """Run the target's step once under the recorder and return what was dispatched."""
+def _never(op: OpKey) -> bool:
+    return False
+
+
+def trace_step(target: Target, options: TraceOptions = TraceOptions(), *,
+               has_mps_kernel: Callable[[OpKey], bool] = _never,
+               expand: Callable[[OpKey], bool] = _never) -> Trace:
+    """Run the target's step once under the recorder and return what was dispatched.
+
+    `has_mps_kernel(op)` turns on the lens rows whose kernel the predicted-for release has;
+    `expand(op)` names the composites whose callees should be recorded (see recorder.py).
+    The defaults record the plain CPU trace.
+    """
     torch.manual_seed(options.seed)
     model, inputs = _prepared(target, options)
     gm, fx_info = fxnodes.symbolic(model) if options.fx else (None, FxInfo(False, "disabled (--no-fx)"))
@@ -40,10 +55,11 @@ def trace_step(target: Target, options: TraceOptions = TraceOptions()) -> Trace:
     tracker = ModuleTracker(model)
     mapper = GradFnMapper(tracker)
     phases = PhaseTracker(tracker)
-    recorder = CallRecorder(tracker, mapper, phases)
+    recorder = CallRecorder(tracker, mapper, phases, expand)
+    lens = MpsLens(recorder, mapper, tracker, has_mps_kernel, options.macos)
     recorder.index_parameters(model)
     with contextlib.ExitStack() as stack:
-        for ctx in (tracker, phases, fxnodes.forward_through(model, gm, recorder), mapper, recorder):
+        for ctx in (tracker, phases, fxnodes.forward_through(model, gm, recorder), lens, mapper, recorder):
             stack.enter_context(ctx)
         _run(target, model, optimizer, inputs, options)
     return Trace(
@@ -54,6 +70,7 @@ def trace_step(target: Target, options: TraceOptions = TraceOptions()) -> Trace:
         fx=fx_info,
         torch_version=str(torch.__version__),
         device=_device_of(model),
+        groups=tuple(lens.groups),
     )
 
 

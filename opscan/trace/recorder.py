@@ -1,13 +1,20 @@
 """Trace stage: the TorchDispatchMode that records every dispatched call.
 
 One small mode with one job, in the manner of torch/utils/flop_counter.py: for every call it
-stores the OpKey, the phase, the module that caused it, and the metadata of each tensor argument
-and result (dtype, shape, stride, device, storage identity, bytes).
+stores the OpKey, the phase, the module that caused it, the metadata of each tensor argument and
+result (dtype, shape, stride, device, storage identity, bytes) and its non-tensor arguments.
+Composite ops that have no MPS kernel of their own can be expanded: the op is re-dispatched to its
+CompositeExplicitAutograd kernel inside the (re-entered) mode, so its callees are recorded too,
+marked with the composite call as their parent.
 """
 
 from __future__ import annotations
 
+import functools
+from typing import Callable
+
 import torch
+from torch._C import DispatchKey
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
@@ -17,6 +24,10 @@ from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker, 
 from opscan.trace.bookkeeping import is_bookkeeping
 from opscan.trace.guard import call_through
 from opscan.trace.records import OpCall, TensorMeta
+
+_COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
+
+MAX_EXPANSION_DEPTH = 4
 
 
 class StorageIds:
@@ -41,16 +52,24 @@ class StorageIds:
 
 
 class CallRecorder(TorchDispatchMode):
-    """Records each call as an `OpCall`; `fx_node` is set from outside while an fx node runs."""
+    """Records each call as an `OpCall`; `fx_node` is set from outside while an fx node runs.
 
-    def __init__(self, tracker: ModuleTracker, mapper: GradFnMapper, phases: PhaseTracker):
+    `expand(op)` says whether a call should be re-dispatched to its CompositeExplicitAutograd
+    kernel so that its callees are recorded (used for composites without an MPS kernel).
+    """
+
+    def __init__(self, tracker: ModuleTracker, mapper: GradFnMapper, phases: PhaseTracker,
+                 expand: Callable[[OpKey], bool] | None = None):
         super().__init__()
         self.tracker, self.mapper, self.phases = tracker, mapper, phases
+        self.expand = expand or (lambda op: False)
         self.storages = StorageIds()
         self.param_storages: dict[int, str] = {}
         self.calls: list[OpCall] = []
         self.fx_node: str | None = None
         self._last_phase = ""
+        self._parents: list[int] = []
+        self._params: list = []
 
     def index_parameters(self, model: torch.nn.Module) -> None:
         """Remember parameter storages so optimizer calls can be attributed to their module."""
@@ -66,32 +85,52 @@ class CallRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if _is_composite(func):
+            return self._decomposed(func, args, kwargs)
         phase = self.phases.current()
         if phase == "optimizer" and self._last_phase != "optimizer":
             self._index_gradients()
         self._last_phase = phase
-        inputs = self._metas(tree_leaves((args, kwargs)))
-        out = call_through(func, *args, **kwargs)
         op = OpKey.of(func)
+        leaves = tree_leaves((args, kwargs))
+        inputs = self._metas(leaves)
+        index = len(self.calls)
+        self.calls.append(None)  # reserve the slot so callees come after their composite
+        out, expanded = self._execute(func, op, index, args, kwargs)
         outputs = self._metas(tree_leaves(out))
         module, how = self._module(phase, inputs)
         if how == "parameter" and phase == "optimizer":
             for t in outputs:  # optimizer state made from a parameter belongs to its module
                 self.param_storages.setdefault(t.storage, module)
-        self.calls.append(
-            OpCall(
-                index=len(self.calls),
-                op=op,
-                phase=phase,
-                module=module,
-                inputs=inputs,
-                outputs=outputs,
-                bookkeeping=is_bookkeeping(op),
-                fx_node=self.fx_node if phase == "forward" else None,
-                module_source=how,
-            )
+        self.calls[index] = OpCall(
+            index=index, op=op, phase=phase, module=module, inputs=inputs, outputs=outputs,
+            bookkeeping=is_bookkeeping(op), fx_node=self.fx_node if phase == "forward" else None,
+            module_source=how, node=_current_node(), parent=self._parents[-1] if self._parents else None,
+            attrs=tuple(_attr(x) for x in (*args, *kwargs.values())), expanded=expanded,
         )
         return out
+
+    def _execute(self, func, op: OpKey, index: int, args, kwargs):
+        if len(self._parents) >= MAX_EXPANSION_DEPTH or not self.expand(op):
+            return call_through(func, *args, **kwargs), False
+        if _is_view(func):  # a composite view only rewrites metadata: no callee dispatches
+            return call_through(func, *args, **kwargs), True
+        key = _composite_key(func)
+        if key is None:
+            return call_through(func, *args, **kwargs), False
+        self._parents.append(index)
+        try:
+            with self:
+                return call_through(func._op_dk, key, *args, **kwargs), True
+        finally:
+            self._parents.pop()
+
+    def _decomposed(self, func, args, kwargs):
+        # Under inference_mode the autograd keys are skipped, so CompositeImplicitAutograd ops
+        # (aten::linear, aten::conv2d, ...) reach this mode whole; record what they run instead,
+        # as in training. The C++ kernel only: Python decompositions are not what eager runs.
+        with self:
+            return func._op_dk(_COMPOSITE, *args, **kwargs)
 
     def _module(self, phase: str, inputs: tuple[TensorMeta, ...]) -> tuple[str, str]:
         current = self.tracker.current
@@ -118,3 +157,41 @@ class CallRecorder(TorchDispatchMode):
             storage=self.storages.of(t),
             nbytes=int(t.numel() * t.element_size()),
         )
+
+
+@functools.lru_cache(maxsize=None)
+def _composite_key(func) -> DispatchKey | None:
+    """The composite key the op really has a kernel for (calling a missing one would crash)."""
+    for key in (DispatchKey.CompositeExplicitAutograd, DispatchKey.CompositeExplicitAutogradNonFunctional):
+        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key):
+            return key
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _is_view(func) -> bool:
+    returns = func._schema.returns
+    return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+
+
+def _current_node() -> int | None:
+    node = torch._C._current_autograd_node()
+    return None if node is None else int(node._sequence_nr())
+
+
+def _attr(value):
+    if isinstance(value, torch.Tensor):
+        return "<tensor>"
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_attr(v) for v in value]
+    return type(value).__name__
+
+
+def _is_composite(func) -> bool:
+    """True for an op whose C++ CompositeImplicitAutograd kernel is what runs when it reaches us."""
+    name = getattr(func, "name", None)
+    return callable(name) and torch._C._dispatch_has_kernel_for_dispatch_key(name(), _COMPOSITE)

@@ -48,6 +48,10 @@ class OpCall:
     bookkeeping: bool = False
     fx_node: str | None = None
     module_source: str = "hooks"  # hooks | autograd | parameter | none
+    node: int | None = None  # backward: sequence number of the autograd node being run
+    parent: int | None = None  # set on the callees of a composite call (index of that call)
+    expanded: bool = False  # re-dispatched to its composite kernel; its callees follow it
+    attrs: tuple = ()  # positional then keyword arguments, JSON-safe; tensors as "<tensor>"
 
     @property
     def dtypes(self) -> tuple[str, ...]:
@@ -77,6 +81,31 @@ class Trace:
     device: str
     notes: tuple[str, ...] = field(default_factory=tuple)
 
+    groups: tuple = ()  # lens.Group records: super-op spans seen above the dispatcher
+
     def findable(self) -> tuple[OpCall, ...]:
-        """Calls that are device work (bookkeeping excluded)."""
-        return tuple(c for c in self.calls if not c.bookkeeping)
+        """Top-level calls that are device work (bookkeeping and composite callees excluded)."""
+        return tuple(c for c in self.calls if not c.bookkeeping and c.parent is None)
+
+
+@dataclass(frozen=True)
+class Group:
+    """A call seen above the dispatcher that MPS dispatches differently from the CPU trace.
+
+    `mode` "replace": the CPU calls in [start, end) become one `forward` op on MPS, and backward
+    calls run by the autograd nodes in `nodes` become one `backward` op per backward pass.
+    `mode` "steer": the lens ran the op the way MPS does (e.g. the math path of attention), so the
+    recorded calls already are what MPS dispatches; kept here for the report's notes.
+    """
+
+    rule: str
+    mode: str
+    forward: OpKey | None
+    backward: OpKey | None
+    start: int
+    end: int
+    nodes: frozenset[int]
+    dtypes: tuple[str, ...]
+    module: str
+    condition: str
+    source: str

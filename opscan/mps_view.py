@@ -1,0 +1,147 @@
+"""MPS-view stage: the calls MPS would dispatch, derived from the CPU trace.
+
+Three rewrites, each traceable to its rule:
+- lens groups ("replace"): a span of CPU calls becomes the one op MPS runs (`linear`, `max_pool2d`,
+  `_fused_rms_norm`, `_scaled_dot_product_attention_math_for_mps`, `_lstm_mps`), and the backward
+  calls run by the autograd nodes that span created become one MPS backward op per pass;
+- device branches inside composite kernels that the dispatch mode sees as one call
+  (`convolution` -> `_mps_convolution`, `convolution_backward` -> `mps_convolution_backward`);
+- composite calls keep their recorded callees (the leaves of their expansion), so the verdict can
+  be the worst of what really dispatches.
+Every other call is what MPS dispatches too. Pure data: no torch import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from opscan.opkey import OpKey
+from opscan.trace.records import Group, OpCall, TensorMeta, Trace
+
+SRC_CONV = "mps_facts.md §8: at::native::_convolution calls _mps_convolution(_transpose) for MPS input [bin]"
+_VIEWS = frozenset({"t", "view", "_unsafe_view", "transpose", "expand", "reshape", "permute", "unsqueeze",
+                    "squeeze", "detach", "contiguous", "clone", "alias", "as_strided", "select", "slice"})
+
+
+@dataclass(frozen=True)
+class MpsCall:
+    """One call as MPS would dispatch it."""
+
+    index: int  # index of the first CPU-trace call it stands for
+    op: OpKey
+    phase: str
+    module: str
+    inputs: tuple[TensorMeta, ...]
+    outputs: tuple[TensorMeta, ...]
+    dtypes: tuple[str, ...]
+    cpu_op: OpKey | None = None  # the op the CPU trace saw, when different
+    rule: str | None = None  # the rewrite that produced it
+    callees: tuple[tuple[OpKey, tuple[str, ...]], ...] | None = None  # composite: what it runs
+    attrs: tuple = ()
+
+
+def mps_view(trace: Trace) -> tuple[MpsCall, ...]:
+    """The trace's device-work calls as MPS would dispatch them, in order."""
+    spans = {i: g for g in trace.groups if g.mode == "replace" for i in range(g.start, g.end)}
+    by_node = {n: g for g in trace.groups if g.mode == "replace" and g.backward for n in g.nodes}
+    leaves = _leaf_callees(trace.calls)
+    passes = _backward_passes(trace.calls)
+    out: list[MpsCall] = []
+    emitted: set[tuple[int, str, int]] = set()
+    for call in trace.findable():
+        group = spans.get(call.index)
+        if group is not None:
+            if call.index == _first_top(trace, group):
+                out.append(_forward_group(trace, group))
+            continue
+        group = by_node.get(call.node) if call.phase == "backward" else None
+        if group is not None:
+            key = (group.start, group.rule, passes[call.index])
+            if key not in emitted:
+                emitted.add(key)
+                out.append(_backward_group(trace, group, call))
+            continue
+        out.append(_plain(call, leaves.get(call.index, () if call.expanded else None)))
+    return tuple(out)
+
+
+def _first_top(trace: Trace, group: Group) -> int:
+    for i in range(group.start, group.end):
+        c = trace.calls[i]
+        if c.parent is None and not c.bookkeeping:
+            return i
+    return group.start
+
+
+def _primary(calls: list[OpCall]) -> OpKey | None:
+    for call in calls:
+        if call.op.name not in _VIEWS:
+            return call.op
+    return calls[0].op if calls else None
+
+
+def _forward_group(trace: Trace, group: Group) -> MpsCall:
+    calls = [c for c in trace.calls[group.start:group.end] if c.parent is None and not c.bookkeeping]
+    first = calls[0]
+    return MpsCall(
+        index=first.index, op=group.forward, phase=first.phase, module=group.module or first.module,
+        inputs=first.inputs, outputs=calls[-1].outputs, dtypes=group.dtypes, cpu_op=_primary(calls),
+        rule=group.rule,
+    )
+
+
+def _backward_group(trace: Trace, group: Group, first: OpCall) -> MpsCall:
+    calls = [c for c in trace.findable() if c.phase == "backward" and c.node in group.nodes]
+    return MpsCall(
+        index=first.index, op=group.backward, phase="backward", module=group.module or first.module,
+        inputs=first.inputs, outputs=calls[-1].outputs, dtypes=group.dtypes, cpu_op=_primary(calls),
+        rule=group.rule,
+    )
+
+
+def _backward_passes(calls) -> list[int]:
+    """For each call, how many backward passes had started by then."""
+    passes, previous, out = 0, "", []
+    for c in calls:
+        if c.phase == "backward" and previous != "backward":
+            passes += 1
+        previous = c.phase
+        out.append(passes)
+    return out
+
+
+def _plain(call: OpCall, callees) -> MpsCall:
+    branch = _conv_branch(call)
+    return MpsCall(
+        index=call.index, op=branch or call.op, phase=call.phase, module=call.module, inputs=call.inputs,
+        outputs=call.outputs, dtypes=call.dtypes, cpu_op=call.op if branch else None,
+        rule="mps-convolution" if branch else None, callees=None if branch else callees, attrs=call.attrs,
+    )
+
+
+def _conv_branch(call: OpCall) -> OpKey | None:
+    if call.op.namespace != "aten" or call.op.overload != "default":
+        return None
+    if call.op.name == "convolution" and len(call.attrs) > 6:
+        return OpKey("aten", "_mps_convolution_transpose" if call.attrs[6] else "_mps_convolution")
+    if call.op.name == "convolution_backward" and len(call.attrs) > 7:
+        transposed = call.attrs[7]
+        return OpKey("aten", "mps_convolution_transpose_backward" if transposed else "mps_convolution_backward")
+    return None
+
+
+def _leaf_callees(calls) -> dict[int, tuple]:
+    """For each expanded composite: the (op, dtypes) of the calls that really dispatched under it."""
+    children: dict[int, list[OpCall]] = {}
+    for call in calls:
+        if call.parent is not None:
+            children.setdefault(call.parent, []).append(call)
+
+    def leaves(index: int):
+        for child in children.get(index, ()):
+            if child.index in children:
+                yield from leaves(child.index)
+            else:
+                yield (child.op, child.dtypes)
+
+    return {index: tuple(dict.fromkeys(leaves(index))) for index in children}
