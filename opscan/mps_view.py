@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from opscan.opkey import OpKey
 from opscan.trace.records import Group, OpCall, TensorMeta, Trace
 
+BRANCHED_COMPOSITES = frozenset({OpKey("aten", "convolution"), OpKey("aten", "convolution_backward")})
 SRC_CONV = "mps_facts.md §8: at::native::_convolution calls _mps_convolution(_transpose) for MPS input [bin]"
 _VIEWS = frozenset({"t", "view", "_unsafe_view", "transpose", "expand", "reshape", "permute", "unsqueeze",
                     "squeeze", "detach", "contiguous", "clone", "alias", "as_strided", "select", "slice"})

@@ -160,8 +160,8 @@ def _reason(row: Row) -> str:
 
 
 def count_phases(calls) -> dict[str, dict[str, int]]:
-    """Per phase: device-work calls and bookkeeping calls."""
-    work = Counter(c.phase for c in calls if not c.bookkeeping)
+    """Per phase: top-level device-work calls and bookkeeping calls (composite callees excluded)."""
+    work = Counter(c.phase for c in calls if not c.bookkeeping and c.parent is None)
     books = Counter(c.phase for c in calls if c.bookkeeping)
     phases = dict.fromkeys([*work, *books])
     return {p: {"calls": work.get(p, 0), "bookkeeping": books.get(p, 0)} for p in phases}

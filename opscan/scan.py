@@ -1,16 +1,16 @@
-"""Pipeline: compose target -> trace -> predict -> report. Nothing else lives here."""
+"""Pipeline: compose target -> trace -> mps_view -> predict -> report. Nothing else lives here."""
 
 from __future__ import annotations
 
 import platform
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from opscan import __version__
-from opscan.opkey import OpKey
 from opscan.report import Report, RowUse, count_phases, decide_lane, make_row
-from opscan.verdict import NOT_CLASSIFIED, Classification
+from opscan.verdict import Classification
 
 
 @dataclass(frozen=True)
@@ -23,90 +23,103 @@ class ScanOptions:
     inference: bool = False
     dtype: str | None = None
     fx: bool = True
+    yaml_path: str | None = None  # a native_functions.yaml other than the installed wheel's
 
 
-Classifier = Callable[[RowUse], Classification]
-
-
-def scan(options: ScanOptions, classifier: Classifier | None = None, kb_version: str = "none") -> Report:
+def scan(options: ScanOptions) -> Report:
     """Run the whole predicted scan of one target and return its Report."""
     from opscan.inputs import parse_input
+    from opscan.knowledge import load_knowledge
+    from opscan.mps_view import mps_view
+    from opscan.predict import classify_call, decided_by
     from opscan.target import load_target
-    from opscan.trace import TraceOptions, trace_step
 
+    kb = load_knowledge(yaml_path=options.yaml_path)
     target = load_target(options.target, options.args, [parse_input(t) for t in options.inputs])
-    trace = run_trace(target, TraceOptions(options.inference, options.dtype, options.fx))
-    uses = collect_uses(trace.findable())
-    classify = classifier or (lambda use: NOT_CLASSIFIED)
-    rows = tuple(make_row(use, classify(use)) for use in uses)
+    trace = run_trace(target, options, kb)
+    view = mps_view(trace)
+    cache: dict = {}
+    verdicts = [classify_call(call, kb, cache) for call in view]
+    rows = tuple(make_row(use, found) for use, found in collect_rows(view, verdicts))
+    summary = trace_summary(trace)
+    summary["decided_by"] = dict(Counter(decided_by(v) for v in verdicts))
+    summary["mps_view"] = view_summary(trace, view)
     return Report(
-        opscan_version=__version__,
-        kb_version=kb_version,
-        model=options.target,
-        model_name=target.name,
-        mode="predicted",
-        assumptions=_assumptions(trace.torch_version),
-        environment=environment(),
-        phases=count_phases(trace.calls),
-        rows=rows,
-        lane=decide_lane(rows),
-        trace=trace_summary(trace),
+        opscan_version=__version__, kb_version=kb.kb_version, model=options.target, model_name=target.name,
+        mode="predicted", assumptions=_assumptions(trace.torch_version, kb), environment=environment(),
+        phases=count_phases(trace.calls), rows=rows, lane=decide_lane(rows), trace=summary,
         modules=trace.modules,
     )
 
 
-def run_trace(target, options):
-    """Trace the step, turning failures of the user's own code into StepError."""
-    from opscan.trace import trace_step
+def run_trace(target, options: ScanOptions, kb):
+    """Trace the step as MPS would dispatch it, turning the user's own failures into StepError."""
+    from opscan.predict import has_mps_kernel, should_expand
+    from opscan.trace import TraceOptions, trace_step
     from opscan.trace.guard import user_step
 
+    trace_options = TraceOptions(options.inference, options.dtype, options.fx, macos=_macos(kb))
     with user_step(target.spec):
-        return trace_step(target, options)
+        return trace_step(target, trace_options, has_mps_kernel=has_mps_kernel(kb), expand=should_expand(kb))
 
 
-def collect_uses(calls) -> tuple[RowUse, ...]:
-    """Group calls by (OpKey, input dtypes, CPU-side op) in first-seen order."""
+def collect_rows(view, verdicts) -> list[tuple[RowUse, Classification]]:
+    """Group MPS-view calls by (OpKey, input dtypes) in first-seen order; the worst verdict wins."""
     groups: dict[tuple, list] = {}
-    for call in calls:
-        cpu_op = getattr(call, "cpu_op", None)
-        groups.setdefault((call.op, call.dtypes, cpu_op), []).append(call)
-    return tuple(_use(op, dtypes, cpu_op, group) for (op, dtypes, cpu_op), group in groups.items())
+    for call, found in zip(view, verdicts):
+        groups.setdefault((call.op, call.dtypes), []).append((call, found))
+    return [(_use(op, dtypes, [c for c, _ in group]), max((f for _, f in group), key=lambda f: f.verdict.rank))
+            for (op, dtypes), group in groups.items()]
 
 
-def _use(op: OpKey, dtypes, cpu_op, group) -> RowUse:
-    shapes = tuple(dict.fromkeys(tuple(t.shape for t in c.inputs[:1]) for c in group))
+def _use(op, dtypes, calls) -> RowUse:
+    shapes = tuple(dict.fromkeys(c.inputs[0].shape for c in calls if c.inputs))
     return RowUse(
-        op=op,
-        dtypes=dtypes,
-        cpu_op=cpu_op,
-        phases=tuple(dict.fromkeys(c.phase for c in group)),
-        modules=tuple(dict.fromkeys(c.module for c in group)),
-        calls=len(group),
-        shapes=tuple(s[0] for s in shapes if s)[:3],
+        op=op, dtypes=dtypes, cpu_op=next((c.cpu_op for c in calls if c.cpu_op), None),
+        phases=tuple(dict.fromkeys(c.phase for c in calls)),
+        modules=tuple(dict.fromkeys(c.module for c in calls)), calls=len(calls), shapes=shapes[:3],
     )
 
 
 def trace_summary(trace) -> dict[str, Any]:
     """Counts and fx status for the report's `trace` section."""
-    work = trace.findable()
-    attributed = sum(1 for c in work if c.module_source != "none")
+    work = [c for c in trace.calls if not c.bookkeeping and c.parent is None]
     return {
         "calls": len(work),
-        "bookkeeping_calls": len(trace.calls) - len(work),
+        "bookkeeping_calls": sum(1 for c in trace.calls if c.bookkeeping),
+        "callee_calls": sum(1 for c in trace.calls if c.parent is not None),
         "step": trace.mode,
         "device": trace.device,
-        "module_attributed_calls": attributed,
+        "module_attributed_calls": sum(1 for c in work if c.module_source != "none"),
         "fx": {"traced": trace.fx.traced, "reason": trace.fx.reason, "nodes": trace.fx.nodes},
         "notes": list(trace.notes),
     }
 
 
-def _assumptions(torch_version: str) -> dict[str, Any]:
+def view_summary(trace, view) -> list[dict[str, Any]]:
+    """How the MPS view differs from the CPU trace: one entry per rewrite rule and mode."""
+    counts = Counter((c.rule, "replace") for c in view if c.rule)
+    counts.update((g.rule, "steer") for g in trace.groups if g.mode == "steer")
+    sources = {g.rule: (g.condition, g.source) for g in trace.groups}
+    from opscan.mps_view import SRC_CONV
+
+    sources.setdefault("mps-convolution", ("MPS input, transposed or not", SRC_CONV))
+    return [{"rule": rule, "mode": mode, "calls": n, "condition": sources[rule][0], "source": sources[rule][1]}
+            for (rule, mode), n in counts.items()]
+
+
+def _macos(kb) -> tuple[int, int]:
+    major, _, minor = kb.facts.min_macos.partition(".")
+    return int(major), int(minor or 0)
+
+
+def _assumptions(torch_version: str, kb) -> dict[str, Any]:
     return {
-        "torch_release": torch_version.split("+")[0],
+        "torch_release": kb.release,
         "installed_torch": torch_version,
-        "macos": None,
-        "chip": None,
+        "macos": kb.facts.min_macos,
+        "macos_source": kb.facts.min_macos_source,
+        "chip": "any Apple Silicon (M1 or newer)",
         "fallback_env": "unset",
     }
 

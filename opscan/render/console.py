@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
@@ -47,7 +48,7 @@ def _header(report: Report) -> str:
     what = "training step" if report.trace.get("step") == "train" else "inference forward"
     fx = report.trace.get("fx", {})
     fx_line = "fx graph: traced" if fx.get("traced") else f"fx graph: not traced ({fx.get('reason')})"
-    return (
+    return escape(
         f"opscan {report.opscan_version} · {report.model} · {what} · {report.mode} for torch "
         f"{a.get('torch_release')} (installed {a.get('installed_torch')})\n"
         f"{report.trace.get('calls', 0)} calls, {report.trace.get('bookkeeping_calls', 0)} bookkeeping · "
@@ -73,9 +74,9 @@ def _rows_table(rows: tuple[Row, ...]) -> Table:
         table.add_column(column, overflow="fold")
     for row in sorted(rows, key=lambda r: (r.modules[0] if r.modules else "", -r.verdict.rank)):
         table.add_row(
-            _modules(row), row.op.display, ",".join(dict.fromkeys(row.dtypes)) or "-",
+            escape(_modules(row)), row.op.display, escape(",".join(dict.fromkeys(row.dtypes)) or "-"),
             f"[{STYLE[row.verdict]}]{row.verdict.value}[/]", str(row.calls), ",".join(row.phases),
-            _why(row),
+            escape(_why(row)),
         )
     return table
 
@@ -87,6 +88,9 @@ def _modules(row: Row) -> str:
 
 
 def _why(row: Row) -> str:
+    if row.verdict == Verdict.NATIVE:
+        via = f" (CPU trace: {row.cpu_op.display})" if row.cpu_op is not None else ""
+        return f"rule {row.evidence.rule}{via}"
     text = row.evidence.text
     if row.cpu_op is not None:
         text = f"{text} (CPU trace: {row.cpu_op.display})"
@@ -102,13 +106,14 @@ def _module_tree(report: Report) -> Tree:
                 if prefix not in worst or row.verdict.rank > worst[prefix].rank:
                     worst[prefix] = row.verdict
                 calls[prefix] = calls.get(prefix, 0) + row.calls
-    root = Tree(_tree_label(report.model_name, "", worst, calls))
+    root = Tree(_tree_label(escape(report.model_name), "", worst, calls))
     nodes = {"": root}
     for path, kind in report.modules:
         if not path:
             continue
         parent = nodes.get(path.rpartition(".")[0], root)
-        nodes[path] = parent.add(_tree_label(f"{path.rpartition('.')[2]} ({kind})", path, worst, calls))
+        label = escape(f"{path.rpartition('.')[2]} ({kind})")
+        nodes[path] = parent.add(_tree_label(label, path, worst, calls))
     return root
 
 
@@ -129,7 +134,7 @@ def _tree_label(name: str, path: str, worst, calls) -> str:
 def _lane(report: Report) -> str:
     lines = [f"Lane ({report.mode}): {report.lane.name}"]
     reasons = report.lane.reasons
-    lines += [f"  - {r}" for r in reasons[:10]]
+    lines += [f"  - {escape(r)}" for r in reasons[:10]]
     if len(reasons) > 10:
         lines.append(f"  … and {len(reasons) - 10} more rows (see report.json)")
     return "\n".join(lines)

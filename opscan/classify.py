@@ -1,0 +1,254 @@
+"""Predict stage: the verdict for one (operator overload, input dtypes) on MPS, from the knowledge base.
+
+Pure: no torch, no I/O; everything comes from an `opscan.knowledge.Knowledge`. `predict` tries the
+rules below in order and the first that applies decides. Each gives a stable rule id
+(`Evidence.rule`), a sentence naming the release (`Evidence.text`), where the fact comes from
+(`Evidence.source`), and a remedy for every verdict but `native`.
+
+| # | rule id | verdict |
+|---|---|---|
+| 1 | `dtype-float64` | `unsupported_dtype`: a float64 or complex128 input |
+| 1 | `dtype-complex` / `dtype-complex-no-list` | `unsupported_dtype` / `unknown`: complex64/32 input to an aten op not in SUPPORTED_COMPLEX_OPS (matched by name) |
+| 2 | `always-cpu` | `cpu_fallback`: MPSFallback.mm sends it to the CPU whatever the variable says |
+| 3 | `error-stub` | `error`: `_slow_conv2d_forward`'s MPS stub (mixed devices) |
+| 4 | `shape-<id>` | `error`: a kernel check that `args_note` shows will fail (shape_rules.py) |
+| 5 | `yaml-mps` / `yaml-mps-delegate` | `native`: an MPS kernel of its own / via its structured delegate |
+| 6 | `python-registration` | `native`: implemented in Python for MPS in that release |
+| 7 | `c10d-no-fallback` / `c10d-out-of-scope` | `error` (2.11+) / `unknown` |
+| 7 | `torchvision-mps` / `torchvision-mps-later` / `torchvision-not-in-table` / `namespace-no-table` | `native` / `unsupported` / `unknown` / `unknown` |
+| 8 | `composite-callees` / `composite-no-callees` | worst callee verdict / `unknown` |
+| 9 | `not-in-yaml` | `unknown` |
+| 10 | `no-mps-kernel` | `unsupported` |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from opscan.knowledge import Knowledge
+from opscan.knowledge.facts import TorchvisionOp, version_tuple
+from opscan.knowledge.shape_rules import CHECKS
+from opscan.opkey import OpKey
+from opscan.verdict import Classification, Evidence, Verdict
+
+Callees = tuple[tuple[OpKey, tuple[str, ...]], ...]
+
+CHECK_ON_MAC = "check on a Mac with PYTORCH_MPS_LOG_PROFILE_INFO=68"
+FALLBACK_REMEDY = "set PYTORCH_ENABLE_MPS_FALLBACK=1 before importing torch (the op then runs on the CPU), or replace the op"
+_WIDE = frozenset({"float64", "complex128"})
+_COMPLEX = frozenset({"complex64", "complex32"})
+_FACTS = "mps_facts.md"
+
+
+@dataclass(frozen=True)
+class _Call:
+    """The question one `predict` call asks."""
+
+    op: OpKey
+    dtypes: tuple[str, ...]
+    kb: Knowledge
+    callees: Callees | None
+    args_note: dict | None
+
+    @property
+    def release(self) -> str:
+        """The release predicted for."""
+        return self.kb.release
+
+
+def _result(verdict: Verdict, rule: str, text: str, source: str, remedy: str | None = None) -> Classification:
+    """A Classification with its evidence (since is filled in by a later issue)."""
+    return Classification(verdict, Evidence(rule, text, source), remedy)
+
+
+def _float64(c: _Call) -> Classification | None:
+    """Rule 1: MPS has no float64 or complex128 at all."""
+    wide = sorted(_WIDE.intersection(c.dtypes))
+    if not wide:
+        return None
+    text = (f"{c.op} gets {', '.join(wide)} input; MPS in torch {c.release} supports neither "
+            "('Cannot convert a MPS Tensor to float64 dtype ...')")
+    remedy = "cast to float32 (complex128 to complex64) before moving the tensors to MPS"
+    return _result(Verdict.UNSUPPORTED_DTYPE, "dtype-float64", text, f"{_FACTS} §4.2 [bin]", remedy)
+
+
+def _complex(c: _Call) -> Classification | None:
+    """Rule 1: complex64/complex32 only for ops in common_mps.py's SUPPORTED_COMPLEX_OPS."""
+    if c.op.namespace != "aten" or not _COMPLEX.intersection(c.dtypes):
+        return None
+    lists = c.kb.common_mps
+    if lists is None:
+        text = f"the installed torch wheel has no common_mps.py, so complex support of {c.op} is not known"
+        return _result(Verdict.UNKNOWN, "dtype-complex-no-list", text, f"{_FACTS} §3", CHECK_ON_MAC)
+    if lists.complex_match(c.op.name):
+        return None
+    text = (f"{c.op} has complex input and its name matches no OpInfo in SUPPORTED_COMPLEX_OPS of "
+            f"common_mps.py (torch {c.kb.installed_release} wheel; matched by name only), so PyTorch "
+            f"expects complex64 to fail on MPS (predicted for torch {c.release})")
+    remedy = f"move the complex math to the CPU or rewrite it with real tensors; {CHECK_ON_MAC}"
+    source = f"common_mps.py SUPPORTED_COMPLEX_OPS (torch {c.kb.installed_release} wheel); {_FACTS} §3"
+    return _result(Verdict.UNSUPPORTED_DTYPE, "dtype-complex", text, source, remedy)
+
+
+def _always_cpu(c: _Call) -> Classification | None:
+    """Rule 2: registered straight to the CPU fallback in MPSFallback.mm."""
+    fact = c.kb.facts.always_cpu.get(c.op)
+    if fact is None:
+        return None
+    text = (f"torch {c.release} registers {c.op} for MPS straight to the CPU fallback (MPSFallback.mm): "
+            "it runs on the CPU even with PYTORCH_ENABLE_MPS_FALLBACK unset")
+    later = c.kb.all_facts.always_cpu_until(c.op, c.release)
+    remedy = (f"upgrade to torch {later} or later (it leaves the always-CPU list there), or replace the op"
+              if later else f"replace the op or move the block to the CPU; {CHECK_ON_MAC}")
+    return _result(Verdict.CPU_FALLBACK, "always-cpu", text, fact.source, remedy)
+
+
+def _error_stub(c: _Call) -> Classification | None:
+    """Rule 3: an MPS registration that only raises (reached with mixed devices)."""
+    fact = c.kb.facts.error_stubs.get(c.op)
+    if fact is None:
+        return None
+    text = (f"torch {c.release} registers {c.op} for MPS to an error stub, reached only when MPS and "
+            f"CPU tensors are mixed: '{fact.message}'")
+    remedy = "keep the input and the weight on the same device (both on MPS)"
+    return _result(Verdict.ERROR, "error-stub", text, fact.source, remedy)
+
+
+def _shape_error(c: _Call) -> Classification | None:
+    """Rule 4: a kernel check that the call's sizes (args_note) will fail."""
+    for rule in c.kb.facts.shape_errors:
+        if c.op in rule.ops and CHECKS[rule.check](c.args_note):
+            text = (f"the MPS kernel of {c.op} in torch {c.release} raises for these sizes "
+                    f"{c.args_note}: '{rule.message}'")
+            return _result(Verdict.ERROR, f"shape-{rule.id}", text, rule.source, rule.remedy)
+    return None
+
+
+def _yaml_mps(c: _Call) -> Classification | None:
+    """Rule 5: an MPS kernel in native_functions.yaml, own or inherited from a structured delegate."""
+    kind = c.kb.yaml.mps_kernel(c.op) if c.op.namespace == "aten" else None
+    if kind is None:
+        return None
+    if kind == "explicit":
+        text = f"{c.kb.yaml_source} gives {c.op} an MPS kernel (predicted for torch {c.release})"
+        return _result(Verdict.NATIVE, "yaml-mps", text, c.kb.yaml_source)
+    delegate = c.kb.yaml.get(c.op).structured_delegate
+    text = (f"{c.kb.yaml_source} makes {c.op} a structured op whose delegate {delegate} has an MPS "
+            f"kernel (predicted for torch {c.release})")
+    return _result(Verdict.NATIVE, "yaml-mps-delegate", text, c.kb.yaml_source)
+
+
+def _python_registration(c: _Call) -> Classification | None:
+    """Rule 6: implemented in Python for MPS by torch.backends.mps._init()."""
+    fact = c.kb.facts.python_registrations.get(c.op)
+    if fact is None:
+        return None
+    text = (f"torch {c.release} implements {c.op} for MPS in Python (torch.backends.mps._init()): "
+            "it runs as a decomposition into MPS ops, not on the CPU")
+    return _result(Verdict.NATIVE, "python-registration", text, fact.source)
+
+
+def _distributed(c: _Call) -> Classification | None:
+    """Rule 7 (c10d): distributed ops cannot fall back to the CPU from 2.11 on."""
+    if c.op.namespace != "c10d":
+        return None
+    fact = c.kb.facts.distributed_error
+    if fact is None:
+        text = (f"{c.op} is a c10d (distributed) op: out of scope for v1, and torch {c.release} "
+                "predates the 2.11 rule that c10d ops never fall back")
+        return _result(Verdict.UNKNOWN, "c10d-out-of-scope", text, f"{_FACTS} §1.1", CHECK_ON_MAC)
+    text = f"torch {c.release} refuses c10d ops on MPS, with the fallback variable set or not: '{fact.message}'"
+    remedy = "train distributed on Linux GPUs; on the Mac, run a single process without c10d collectives"
+    return _result(Verdict.ERROR, "c10d-no-fallback", text, fact.source, remedy)
+
+
+def _other_namespace(c: _Call) -> Classification | None:
+    """Rule 7: non-aten ops are known only through a sourced table (torchvision's)."""
+    if c.op.namespace == "aten":
+        return None
+    entry = c.kb.torchvision.get(c.op)
+    if entry is not None:
+        return _torchvision(c, entry)
+    rule = "torchvision-not-in-table" if c.op.namespace == "torchvision" else "namespace-no-table"
+    text = (f"no sourced table lists {c.op} for namespace {c.op.namespace!r}, so MPS support in torch "
+            f"{c.release} is not known (without an MPS kernel the boxed fallback takes it)")
+    source = "opscan/knowledge/torchvision.yaml (the only non-aten table)"
+    return _result(Verdict.UNKNOWN, rule, text, source, CHECK_ON_MAC)
+
+
+def _torchvision(c: _Call, entry: TorchvisionOp) -> Classification:
+    """A torchvision op of the table: native once its kernel shipped."""
+    paired = f"torchvision {entry.since_torchvision} (paired with torch {entry.since_torch})"
+    if version_tuple(c.release) >= version_tuple(entry.since_torch):
+        text = f"{c.op} has an MPS kernel since {paired}; predicted for torch {c.release}"
+        return _result(Verdict.NATIVE, "torchvision-mps", text, entry.source)
+    text = f"{c.op} has no MPS kernel before {paired}; torch {c.release} predates it"
+    remedy = f"upgrade to torch {entry.since_torch} with torchvision {entry.since_torchvision}, or {FALLBACK_REMEDY}"
+    return _result(Verdict.UNSUPPORTED, "torchvision-mps-later", text, entry.source, remedy)
+
+
+def _composite(c: _Call) -> Classification | None:
+    """Rule 8: a composite runs its callees on MPS; the worst callee decides."""
+    entry = c.kb.yaml.get(c.op)
+    if entry is None or entry.composite is None:
+        return None
+    kind = entry.composite
+    if entry.autogen_from is not None:
+        kind = f"{kind} (generated by `autogen:` of {entry.autogen_from})"
+    if not c.callees:
+        text = (f"{c.op} is {kind} in {c.kb.yaml_source}: a composite whose callees were "
+                f"not found, so its verdict for torch {c.release} is not known")
+        return _result(Verdict.UNKNOWN, "composite-no-callees", text, c.kb.yaml_source, CHECK_ON_MAC)
+    seen = list(dict.fromkeys(c.callees))
+    results = [predict(op, dtypes, c.kb) for op, dtypes in seen]
+    worst = max(range(len(seen)), key=lambda i: results[i].verdict.rank)
+    named = ", ".join(f"{op} ({r.verdict})" for (op, _), r in zip(seen, results))
+    text = (f"{c.op} is {kind} in {c.kb.yaml_source}; composite; callees: {named}; "
+            f"the worst, {seen[worst][0]}, decides for torch {c.release}")
+    source = " + ".join(dict.fromkeys((c.kb.yaml_source, results[worst].evidence.source)))
+    return _result(results[worst].verdict, "composite-callees", text, source, results[worst].remedy)
+
+
+def _not_in_yaml(c: _Call) -> Classification | None:
+    """Rule 9: an aten op the yaml does not declare."""
+    if c.kb.yaml.get(c.op) is not None:
+        return None
+    text = f"{c.op} is not in {c.kb.yaml_source} (predicted for torch {c.release})"
+    return _result(Verdict.UNKNOWN, "not-in-yaml", text, c.kb.yaml_source, CHECK_ON_MAC)
+
+
+def _no_kernel(c: _Call) -> Classification:
+    """Rule 10: declared, not composite, no MPS kernel."""
+    text = (f"{c.kb.yaml_source} has no MPS kernel for {c.op} and it is not composite: in torch "
+            f"{c.release} it raises NotImplementedError with PYTORCH_ENABLE_MPS_FALLBACK unset and "
+            "runs on the CPU with it set")
+    return _result(Verdict.UNSUPPORTED, "no-mps-kernel", text, c.kb.yaml_source, FALLBACK_REMEDY)
+
+
+_RULES: tuple[Callable[[_Call], Classification | None], ...] = (
+    _float64, _complex, _always_cpu, _error_stub, _shape_error, _yaml_mps, _python_registration,
+    _distributed, _other_namespace, _composite, _not_in_yaml,
+)
+
+
+def predict(
+    op: OpKey,
+    dtypes: tuple[str, ...],
+    kb: Knowledge,
+    *,
+    callees: Callees | None = None,
+    args_note: dict | None = None,
+) -> Classification:
+    """Predict what `op` does on MPS for inputs of `dtypes` ("float32", ...) in `kb.release`.
+
+    `callees`: for a composite op, the (OpKey, dtypes) of the ops it calls on MPS; None or () when
+    not known (a composite then gets `unknown`, never `native`). `args_note`: sizes some kernel
+    checks need, keys documented in opscan.knowledge.shape_rules (build it with `note_from_shapes`).
+    """
+    call = _Call(op, tuple(dtypes), kb, tuple(callees) if callees else None, args_note)
+    for rule in _RULES:
+        result = rule(call)
+        if result is not None:
+            return result
+    return _no_kernel(call)

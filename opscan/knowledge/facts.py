@@ -1,0 +1,230 @@
+"""Knowledge stage: the hand-kept, sourced facts of facts.yaml and torchvision.yaml.
+
+Both files are package data, loaded with PyYAML's safe loader (its C version when available) and validated on load: every entry has a
+non-empty `source`, every op name parses as an OpKey, every release series is spelled "X.Y", no
+series is listed twice in one section and every series of `always_cpu` has the other per-release
+facts too. A bad file raises `ValueError` naming the entry (it is a bug in opscan, not user input).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import yaml
+
+from opscan.knowledge.shape_rules import CHECKS
+from opscan.opkey import OpKey
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FACTS_PATH = os.path.join(HERE, "facts.yaml")
+TORCHVISION_PATH = os.path.join(HERE, "torchvision.yaml")
+_SERIES = re.compile(r"^\d+\.\d+$")
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # same constructors as safe_load, in C
+_PER_RELEASE = ("always_cpu", "python_registrations", "min_macos")
+
+
+def series_of(release: str) -> str:
+    """"2.14.1" / "2.14.1+cu130" / "2.14" -> "2.14"."""
+    parts = release.split("+", 1)[0].split(".")
+    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
+        raise ValueError(f"not a torch release: {release!r}")
+    return f"{int(parts[0])}.{int(parts[1])}"
+
+
+def version_tuple(release: str) -> tuple[int, int]:
+    """"2.14.1" -> (2, 14), for ordering release series."""
+    major, minor = series_of(release).split(".")
+    return int(major), int(minor)
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One sourced fact about an op: what it says and where it comes from."""
+
+    source: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class ShapeError:
+    """A hard error inside an MPS kernel that the call's shapes or arguments predict."""
+
+    id: str
+    check: str  # name of a function in shape_rules.CHECKS
+    ops: frozenset[OpKey]
+    message: str
+    remedy: str
+    source: str
+
+
+@dataclass(frozen=True)
+class TorchvisionOp:
+    """A torchvision op with an MPS kernel, and the first releases that have it."""
+
+    key: OpKey
+    since_torchvision: str
+    since_torch: str
+    source: str
+
+
+@dataclass(frozen=True, eq=False)
+class ReleaseFacts:
+    """The facts of facts.yaml for one release series."""
+
+    series: str
+    always_cpu: Mapping[OpKey, Fact]
+    error_stubs: Mapping[OpKey, Fact]
+    python_registrations: Mapping[OpKey, Fact]
+    min_macos: str
+    min_macos_source: str
+    shape_errors: tuple[ShapeError, ...]
+    distributed_error: Fact | None  # set when c10d ops cannot fall back in this series
+
+
+@dataclass(frozen=True, eq=False)
+class Facts:
+    """All of facts.yaml: per-series tables plus the order of the known series."""
+
+    series: tuple[str, ...]
+    sections: Mapping[str, Mapping[str, tuple]]  # section -> series -> entries
+    distributed: Mapping[str, str]
+    count: int  # number of sourced entries, for kb_version
+
+    def for_release(self, release: str) -> ReleaseFacts:
+        """The facts for `release`'s series; ValueError when the series is unknown."""
+        s = series_of(release)
+        if s not in self.series:
+            raise ValueError(f"no MPS facts for torch {release}; known series: {', '.join(self.series)}")
+        return _release_facts(self, s)
+
+    def always_cpu_until(self, op: OpKey, release: str) -> str | None:
+        """The first known series after `release` whose always-CPU list lacks `op`, or None."""
+        later = [s for s in self.series if version_tuple(s) > version_tuple(release)]
+        return next((s for s in later if op not in dict(self.sections["always_cpu"][s])), None)
+
+
+def _require(entry: dict, keys: tuple[str, ...], where: str) -> None:
+    """Fail fast on a missing key or an empty source."""
+    missing = [k for k in keys if k not in entry]
+    if missing or not str(entry.get("source", "")).strip():
+        raise ValueError(f"{where}: entry {entry!r} lacks {missing or ['source']}")
+
+
+def _per_series(entries: list[dict], section: str, value) -> dict[str, tuple]:
+    """section entries -> {series: value(entry)}, rejecting bad or repeated series."""
+    table: dict[str, tuple] = {}
+    for entry in entries:
+        _require(entry, ("releases", "source"), section)
+        for s in entry["releases"]:
+            if not _SERIES.match(str(s)) or s in table:
+                raise ValueError(f"{section}: bad or repeated release series {s!r}")
+            table[s] = value(entry)
+    return table
+
+
+def _op_facts(entry: dict) -> tuple:
+    """An entry's ops as ((OpKey, Fact), ...)."""
+    fact = Fact(entry["source"], entry.get("message", ""))
+    ops = entry["ops"] if "ops" in entry else [entry["op"]]
+    return tuple((OpKey.from_yaml(o), fact) for o in ops)
+
+
+def _shape_error(entry: dict) -> tuple:
+    """A shape_errors entry as a one-element tuple (so it fits _per_series' shape)."""
+    _require(entry, ("id", "check", "ops", "message", "remedy", "source"), "shape_errors")
+    if entry["check"] not in CHECKS:
+        raise ValueError(f"shape_errors: {entry['id']}: no check named {entry['check']!r} in shape_rules.py")
+    ops = frozenset(OpKey.from_yaml(o) for o in entry["ops"])
+    text = {k: str(entry[k]) for k in ("id", "check", "message", "remedy", "source")}
+    return (ShapeError(ops=ops, **text),)
+
+
+def _shape_sections(entries: list[dict]) -> dict[str, tuple]:
+    """series -> every ShapeError that applies to it."""
+    table: dict[str, tuple] = {}
+    for entry in entries:
+        _require(entry, ("releases",), "shape_errors")
+        for s in entry["releases"]:
+            table[s] = table.get(s, ()) + _shape_error(entry)
+    return table
+
+
+def parse_facts(raw: dict) -> Facts:
+    """Validate a loaded facts.yaml mapping and index it by release series."""
+    if raw.get("schema") != 1:
+        raise ValueError(f"facts.yaml: unsupported schema {raw.get('schema')!r}")
+    sections = {
+        "always_cpu": _per_series(raw["always_cpu"], "always_cpu", _op_facts),
+        "python_registrations": _per_series(raw["python_registrations"], "python_registrations", _op_facts),
+        "min_macos": _per_series(raw["min_macos"], "min_macos", lambda e: (e["macos"], e["source"])),
+        "error_stubs": _per_series(raw["error_stubs"], "error_stubs", _op_facts),
+        "shape_errors": _shape_sections(raw.get("shape_errors", [])),
+    }
+    series = tuple(sorted(sections["always_cpu"], key=version_tuple))
+    for name in _PER_RELEASE:
+        if set(sections[name]) != set(series):
+            raise ValueError(f"facts.yaml: {name} covers {sorted(sections[name])}, always_cpu {list(series)}")
+    distributed = raw["distributed"]
+    _require(distributed, ("namespace", "error_since", "message", "source"), "distributed")
+    count = sum(len(raw[k]) for k in ("always_cpu", "python_registrations", "min_macos", "error_stubs"))
+    count += len(raw.get("shape_errors", [])) + 1
+    frozen = {k: MappingProxyType(v) for k, v in sections.items()}
+    return Facts(series, MappingProxyType(frozen), MappingProxyType(dict(distributed)), count)
+
+
+def _release_facts(facts: Facts, s: str) -> ReleaseFacts:
+    """Assemble the facts of one known series."""
+    sec = facts.sections
+    dist = facts.distributed
+    broken = version_tuple(s) >= version_tuple(dist["error_since"])
+    macos, macos_source = sec["min_macos"][s]
+    return ReleaseFacts(
+        series=s,
+        always_cpu=MappingProxyType(dict(sec["always_cpu"][s])),
+        error_stubs=MappingProxyType(dict(sec["error_stubs"].get(s, ()))),
+        python_registrations=MappingProxyType(dict(sec["python_registrations"][s])),
+        min_macos=macos,
+        min_macos_source=macos_source,
+        shape_errors=sec["shape_errors"].get(s, ()),
+        distributed_error=Fact(dist["source"], dist["message"]) if broken else None,
+    )
+
+
+def parse_torchvision(raw: dict) -> Mapping[OpKey, TorchvisionOp]:
+    """Validate a loaded torchvision.yaml mapping: OpKey -> TorchvisionOp."""
+    if raw.get("schema") != 1:
+        raise ValueError(f"torchvision.yaml: unsupported schema {raw.get('schema')!r}")
+    table: dict[OpKey, TorchvisionOp] = {}
+    for entry in raw["ops"]:
+        _require(entry, ("op", "since_torchvision", "since_torch", "source"), "torchvision.yaml")
+        key = OpKey.from_yaml(entry["op"], namespace=raw["namespace"])
+        if key in table or not _SERIES.match(str(entry["since_torch"])):
+            raise ValueError(f"torchvision.yaml: repeated op or bad since_torch in {entry!r}")
+        table[key] = TorchvisionOp(key, str(entry["since_torchvision"]), str(entry["since_torch"]), entry["source"])
+    return MappingProxyType(table)
+
+
+def _read(path: str) -> dict:
+    """yaml.safe_load a file into a mapping."""
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.load(fh, Loader=_LOADER)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+@functools.lru_cache(maxsize=4)
+def load_facts(path: str = FACTS_PATH) -> Facts:
+    """Load and validate facts.yaml (cached)."""
+    return parse_facts(_read(path))
+
+
+@functools.lru_cache(maxsize=4)
+def load_torchvision(path: str = TORCHVISION_PATH) -> Mapping[OpKey, TorchvisionOp]:
+    """Load and validate torchvision.yaml (cached)."""
+    return parse_torchvision(_read(path))

@@ -1,0 +1,70 @@
+"""Predict stage: verdicts for the MPS view's calls, from the knowledge base.
+
+Wraps `classify.predict` with what the view knows and the classifier doesn't: a composite's
+recorded callees, metadata-only views, and the shapes the kernel checks need. One verdict per call;
+a report row takes the worst of its calls.
+"""
+
+from __future__ import annotations
+
+from opscan.classify import predict
+from opscan.knowledge import Knowledge
+from opscan.knowledge.shape_rules import note_from_shapes
+from opscan.mps_view import BRANCHED_COMPOSITES, MpsCall
+from opscan.opkey import OpKey
+from opscan.verdict import Classification, Evidence, Verdict
+
+KERNEL_RULES = frozenset({"yaml-mps", "yaml-mps-delegate", "torchvision-mps"})
+
+
+def has_mps_kernel(kb: Knowledge):
+    """Predicate for the lens: does the release's yaml give `op` an MPS kernel?"""
+    return lambda op: kb.yaml.mps_kernel(op) is not None
+
+
+def should_expand(kb: Knowledge):
+    """Predicate for the recorder: composites without an MPS kernel whose callees we must see."""
+    def expand(op: OpKey) -> bool:
+        if op.namespace != "aten" or op in BRANCHED_COMPOSITES or kb.yaml.mps_kernel(op) is not None:
+            return False
+        if op in kb.facts.always_cpu or op in kb.facts.python_registrations:
+            return False
+        entry = kb.yaml.get(op)
+        return entry is not None and entry.cea
+    return expand
+
+
+def classify_call(call: MpsCall, kb: Knowledge, cache: dict) -> Classification:
+    """The predicted verdict of one MPS-view call."""
+    note = note_from_shapes(call.op, [t.shape for t in call.inputs], [t.shape for t in call.outputs])
+    key = (call.op, call.dtypes, call.callees, repr(note))
+    if key not in cache:
+        cache[key] = _classify(call, kb, note)
+    return cache[key]
+
+
+def _classify(call: MpsCall, kb: Knowledge, note) -> Classification:
+    if call.callees == () and not _wide(call.dtypes):
+        return Classification(Verdict.NATIVE, Evidence(
+            "composite-view",
+            f"{call.op} is a composite view: it only rewrites tensor metadata, no kernel runs "
+            f"(torch {kb.release})",
+            kb.yaml_source,
+        ))
+    found = predict(call.op, call.dtypes, kb, callees=call.callees or None, args_note=note)
+    if call.rule and found.verdict == Verdict.NATIVE:
+        text = f"{found.evidence.text}; MPS dispatches it where the CPU trace shows {call.cpu_op} (rule {call.rule})"
+        return Classification(found.verdict, Evidence(found.evidence.rule, text, found.evidence.source),
+                              found.remedy, found.since)
+    return found
+
+
+def _wide(dtypes) -> bool:
+    return any(d in ("float64", "complex128") for d in dtypes)
+
+
+def decided_by(classification: Classification) -> str:
+    """"kernel" (a direct MPS entry), "unknown", or "rule" (everything else)."""
+    if classification.verdict == Verdict.UNKNOWN:
+        return "unknown"
+    return "kernel" if classification.evidence.rule in KERNEL_RULES else "rule"
