@@ -6,8 +6,11 @@ Three rewrites, each traceable to its rule:
   calls run by the autograd nodes that span created become one MPS backward op per pass;
 - device branches inside composite kernels that the dispatch mode sees as one call
   (`convolution` -> `_mps_convolution`, `convolution_backward` -> `mps_convolution_backward`);
-- composite calls keep their recorded callees (the leaves of their expansion), so the verdict can
-  be the worst of what really dispatches.
+- a composite without an MPS kernel of its own (expanded by the recorder) is replaced by the calls
+  it really dispatched (the leaves of its expansion), each keeping the composite as `cpu_op`;
+  a composite that dispatched nothing is a metadata-only view and stays as it is;
+- `copy_` is CompositeExplicitAutogradNonFunctional, and copy_impl sends any MPS tensor to the MPS
+  copy (`mps_copy_`), so it is marked with rule `mps-copy`.
 Every other call is what MPS dispatches too. Pure data: no torch import.
 """
 
@@ -18,8 +21,17 @@ from dataclasses import dataclass
 from opscan.opkey import OpKey
 from opscan.trace.records import Group, OpCall, TensorMeta, Trace
 
+COPY = OpKey("aten", "copy_")
 BRANCHED_COMPOSITES = frozenset({OpKey("aten", "convolution"), OpKey("aten", "convolution_backward")})
+SRC_COPY = "aten/src/ATen/native/Copy.cpp copy_impl: MPS tensors go to mps::mps_copy_ (public source) [src]"
 SRC_CONV = "mps_facts.md §8: at::native::_convolution calls _mps_convolution(_transpose) for MPS input [bin]"
+VIEW_RULES = {
+    "mps-convolution": ("any convolution on MPS input (transposed or not)", SRC_CONV),
+    "mps-copy": ("copy_ with an MPS source or destination", SRC_COPY),
+    "composite-callee": ("a CompositeExplicitAutograd(NonFunctional) op without an MPS kernel: the calls its "
+                         "composite kernel dispatched, recorded by re-dispatching it inside the recorder",
+                         "native_functions.yaml composite entries; opscan recorder expansion"),
+}
 _VIEWS = frozenset({"t", "view", "_unsafe_view", "transpose", "expand", "reshape", "permute", "unsqueeze",
                     "squeeze", "detach", "contiguous", "clone", "alias", "as_strided", "select", "slice"})
 
@@ -45,7 +57,7 @@ def mps_view(trace: Trace) -> tuple[MpsCall, ...]:
     """The trace's device-work calls as MPS would dispatch them, in order."""
     spans = {i: g for g in trace.groups if g.mode == "replace" for i in range(g.start, g.end)}
     by_node = {n: g for g in trace.groups if g.mode == "replace" and g.backward for n in g.nodes}
-    leaves = _leaf_callees(trace.calls)
+    leaves = _leaf_calls(trace.calls)
     passes = _backward_passes(trace.calls)
     out: list[MpsCall] = []
     emitted: set[tuple[int, str, int]] = set()
@@ -62,7 +74,10 @@ def mps_view(trace: Trace) -> tuple[MpsCall, ...]:
                 emitted.add(key)
                 out.append(_backward_group(trace, group, call))
             continue
-        out.append(_plain(call, leaves.get(call.index, () if call.expanded else None)))
+        if leaves.get(call.index):
+            out.extend(_callee(leaf, call) for leaf in leaves[call.index])
+        else:
+            out.append(_plain(call, () if call.expanded else None))
     return tuple(out)
 
 
@@ -113,10 +128,20 @@ def _backward_passes(calls) -> list[int]:
 
 def _plain(call: OpCall, callees) -> MpsCall:
     branch = _conv_branch(call)
+    rule = "mps-convolution" if branch else ("mps-copy" if call.op == COPY else None)
     return MpsCall(
         index=call.index, op=branch or call.op, phase=call.phase, module=call.module, inputs=call.inputs,
         outputs=call.outputs, dtypes=call.dtypes, cpu_op=call.op if branch else None,
-        rule="mps-convolution" if branch else None, callees=None if branch else callees, attrs=call.attrs,
+        rule=rule, callees=None if branch else callees, attrs=call.attrs,
+    )
+
+
+def _callee(leaf: OpCall, composite: OpCall) -> MpsCall:
+    plain = _plain(leaf, None)
+    return MpsCall(
+        index=leaf.index, op=plain.op, phase=composite.phase, module=composite.module, inputs=leaf.inputs,
+        outputs=leaf.outputs, dtypes=leaf.dtypes, cpu_op=composite.op, rule=plain.rule or "composite-callee",
+        attrs=leaf.attrs,
     )
 
 
@@ -131,8 +156,9 @@ def _conv_branch(call: OpCall) -> OpKey | None:
     return None
 
 
-def _leaf_callees(calls) -> dict[int, tuple]:
-    """For each expanded composite: the (op, dtypes) of the calls that really dispatched under it."""
+def _leaf_calls(calls) -> dict[int, list[OpCall]]:
+    """For each expanded composite: the calls that really dispatched under it (nested composites
+    replaced by their own leaves; views that dispatched nothing kept)."""
     children: dict[int, list[OpCall]] = {}
     for call in calls:
         if call.parent is not None:
@@ -143,6 +169,6 @@ def _leaf_callees(calls) -> dict[int, tuple]:
             if child.index in children:
                 yield from leaves(child.index)
             else:
-                yield (child.op, child.dtypes)
+                yield child
 
-    return {index: tuple(dict.fromkeys(leaves(index))) for index in children}
+    return {index: list(leaves(index)) for index in children}

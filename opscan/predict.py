@@ -10,7 +10,7 @@ from __future__ import annotations
 from opscan.classify import predict
 from opscan.knowledge import Knowledge
 from opscan.knowledge.shape_rules import note_from_shapes
-from opscan.mps_view import BRANCHED_COMPOSITES, MpsCall
+from opscan.mps_view import BRANCHED_COMPOSITES, COPY, SRC_COPY, MpsCall
 from opscan.opkey import OpKey
 from opscan.verdict import Classification, Evidence, Verdict
 
@@ -25,7 +25,7 @@ def has_mps_kernel(kb: Knowledge):
 def should_expand(kb: Knowledge):
     """Predicate for the recorder: composites without an MPS kernel whose callees we must see."""
     def expand(op: OpKey) -> bool:
-        if op.namespace != "aten" or op in BRANCHED_COMPOSITES or kb.yaml.mps_kernel(op) is not None:
+        if op.namespace != "aten" or op in BRANCHED_COMPOSITES or op == COPY or kb.yaml.mps_kernel(op) is not None:
             return False
         if op in kb.facts.always_cpu or op in kb.facts.python_registrations:
             return False
@@ -51,6 +51,9 @@ def _classify(call: MpsCall, kb: Knowledge, note) -> Classification:
             f"(torch {kb.release})",
             kb.yaml_source,
         ))
+    if call.rule == "mps-copy" and not _wide(call.dtypes):
+        return Classification(Verdict.NATIVE, Evidence(
+            "mps-copy", f"copy_ into or out of an MPS tensor runs MPS's own copy (torch {kb.release})", SRC_COPY))
     found = predict(call.op, call.dtypes, kb, callees=call.callees or None, args_note=note)
     if call.rule and found.verdict == Verdict.NATIVE:
         text = f"{found.evidence.text}; MPS dispatches it where the CPU trace shows {call.cpu_op} (rule {call.rule})"

@@ -100,10 +100,9 @@ def view_summary(trace, view) -> list[dict[str, Any]]:
     """How the MPS view differs from the CPU trace: one entry per rewrite rule and mode."""
     counts = Counter((c.rule, "replace") for c in view if c.rule)
     counts.update((g.rule, "steer") for g in trace.groups if g.mode == "steer")
-    sources = {g.rule: (g.condition, g.source) for g in trace.groups}
-    from opscan.mps_view import SRC_CONV
+    from opscan.mps_view import VIEW_RULES
 
-    sources.setdefault("mps-convolution", ("MPS input, transposed or not", SRC_CONV))
+    sources = {**VIEW_RULES, **{g.rule: (g.condition, g.source) for g in trace.groups}}
     return [{"rule": rule, "mode": mode, "calls": n, "condition": sources[rule][0], "source": sources[rule][1]}
             for (rule, mode), n in counts.items()]
 
