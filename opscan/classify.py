@@ -8,14 +8,16 @@ rules below in order and the first that applies decides. Each gives a stable rul
 | # | rule id | verdict |
 |---|---|---|
 | 1 | `dtype-float64` | `unsupported_dtype`: a float64 or complex128 input |
-| 1 | `dtype-complex` / `dtype-complex-no-list` | `unsupported_dtype` / `unknown`: complex64/32 input to an aten op not in SUPPORTED_COMPLEX_OPS (matched by name) |
+| 1 | `dtype-complex` | `unsupported_dtype`: complex64/32 input, aten op not in SUPPORTED_COMPLEX_OPS (by name) |
+| 1 | `dtype-complex-no-list` | `unknown`: complex input, and the wheel has no common_mps.py |
 | 2 | `always-cpu` | `cpu_fallback`: MPSFallback.mm sends it to the CPU whatever the variable says |
 | 3 | `error-stub` | `error`: `_slow_conv2d_forward`'s MPS stub (mixed devices) |
 | 4 | `shape-<id>` | `error`: a kernel check that `args_note` shows will fail (shape_rules.py) |
 | 5 | `yaml-mps` / `yaml-mps-delegate` | `native`: an MPS kernel of its own / via its structured delegate |
 | 6 | `python-registration` | `native`: implemented in Python for MPS in that release |
 | 7 | `c10d-no-fallback` / `c10d-out-of-scope` | `error` (2.11+) / `unknown` |
-| 7 | `torchvision-mps` / `torchvision-mps-later` / `torchvision-not-in-table` / `namespace-no-table` | `native` / `unsupported` / `unknown` / `unknown` |
+| 7 | `torchvision-mps` / `torchvision-mps-later` | `native` / `unsupported` (release before the kernel) |
+| 7 | `torchvision-not-in-table` / `namespace-no-table` | `unknown`: no sourced table decides |
 | 8 | `composite-callees` / `composite-no-callees` | worst callee verdict / `unknown` |
 | 9 | `not-in-yaml` | `unknown` |
 | 10 | `no-mps-kernel` | `unsupported` |
@@ -35,7 +37,9 @@ from opscan.verdict import Classification, Evidence, Verdict
 Callees = tuple[tuple[OpKey, tuple[str, ...]], ...]
 
 CHECK_ON_MAC = "check on a Mac with PYTORCH_MPS_LOG_PROFILE_INFO=68"
-FALLBACK_REMEDY = "set PYTORCH_ENABLE_MPS_FALLBACK=1 before importing torch (the op then runs on the CPU), or replace the op"
+FALLBACK_REMEDY = (
+    "set PYTORCH_ENABLE_MPS_FALLBACK=1 before importing torch (the op then runs on the CPU), or replace the op"
+)
 _WIDE = frozenset({"float64", "complex128"})
 _COMPLEX = frozenset({"complex64", "complex32"})
 _FACTS = "mps_facts.md"
@@ -57,7 +61,9 @@ class _Call:
         return self.kb.release
 
 
-def _result(verdict: Verdict, rule: str, text: str, source: str, remedy: str | None = None) -> Classification:
+def _result(
+    verdict: Verdict, rule: str, text: str, source: str, remedy: str | None = None
+) -> Classification:
     """A Classification with its evidence (since is filled in by a later issue)."""
     return Classification(verdict, Evidence(rule, text, source), remedy)
 
@@ -79,7 +85,8 @@ def _complex(c: _Call) -> Classification | None:
         return None
     lists = c.kb.common_mps
     if lists is None:
-        text = f"the installed torch wheel has no common_mps.py, so complex support of {c.op} is not known"
+        text = (f"the installed torch wheel has no common_mps.py, so complex support of {c.op} "
+                f"in torch {c.release} is not known")
         return _result(Verdict.UNKNOWN, "dtype-complex-no-list", text, f"{_FACTS} §3", CHECK_ON_MAC)
     if lists.complex_match(c.op.name):
         return None
@@ -99,8 +106,9 @@ def _always_cpu(c: _Call) -> Classification | None:
     text = (f"torch {c.release} registers {c.op} for MPS straight to the CPU fallback (MPSFallback.mm): "
             "it runs on the CPU even with PYTORCH_ENABLE_MPS_FALLBACK unset")
     later = c.kb.all_facts.always_cpu_until(c.op, c.release)
-    remedy = (f"upgrade to torch {later} or later (it leaves the always-CPU list there), or replace the op"
-              if later else f"replace the op or move the block to the CPU; {CHECK_ON_MAC}")
+    remedy = f"replace the op or move the block to the CPU; {CHECK_ON_MAC}"
+    if later:
+        remedy = f"upgrade to torch {later} or later (it leaves the always-CPU list there), or replace the op"
     return _result(Verdict.CPU_FALLBACK, "always-cpu", text, fact.source, remedy)
 
 
@@ -158,7 +166,8 @@ def _distributed(c: _Call) -> Classification | None:
         text = (f"{c.op} is a c10d (distributed) op: out of scope for v1, and torch {c.release} "
                 "predates the 2.11 rule that c10d ops never fall back")
         return _result(Verdict.UNKNOWN, "c10d-out-of-scope", text, f"{_FACTS} §1.1", CHECK_ON_MAC)
-    text = f"torch {c.release} refuses c10d ops on MPS, with the fallback variable set or not: '{fact.message}'"
+    text = (f"torch {c.release} refuses c10d ops on MPS, with the fallback variable set or not: "
+            f"'{fact.message}'")
     remedy = "train distributed on Linux GPUs; on the Mac, run a single process without c10d collectives"
     return _result(Verdict.ERROR, "c10d-no-fallback", text, fact.source, remedy)
 
@@ -184,7 +193,8 @@ def _torchvision(c: _Call, entry: TorchvisionOp) -> Classification:
         text = f"{c.op} has an MPS kernel since {paired}; predicted for torch {c.release}"
         return _result(Verdict.NATIVE, "torchvision-mps", text, entry.source)
     text = f"{c.op} has no MPS kernel before {paired}; torch {c.release} predates it"
-    remedy = f"upgrade to torch {entry.since_torch} with torchvision {entry.since_torchvision}, or {FALLBACK_REMEDY}"
+    upgrade = f"upgrade to torch {entry.since_torch} with torchvision {entry.since_torchvision}"
+    remedy = f"{upgrade}, or {FALLBACK_REMEDY}"
     return _result(Verdict.UNSUPPORTED, "torchvision-mps-later", text, entry.source, remedy)
 
 

@@ -88,7 +88,8 @@ def _literals(tree: ast.AST) -> dict[str, ast.expr]:
         for node in ast.walk(func):
             target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
             value = getattr(node, "value", None)
-            if isinstance(target, ast.Name) and target.id.isupper() and isinstance(value, (ast.Dict, ast.Set)):
+            named = isinstance(target, ast.Name) and target.id.isupper()
+            if named and isinstance(value, (ast.Dict, ast.Set)):
                 found.setdefault(target.id, value)
     return found
 

@@ -1,9 +1,10 @@
 """Knowledge stage: the hand-kept, sourced facts of facts.yaml and torchvision.yaml.
 
-Both files are package data, loaded with PyYAML's safe loader (its C version when available) and validated on load: every entry has a
-non-empty `source`, every op name parses as an OpKey, every release series is spelled "X.Y", no
-series is listed twice in one section and every series of `always_cpu` has the other per-release
-facts too. A bad file raises `ValueError` naming the entry (it is a bug in opscan, not user input).
+Both files are package data, loaded with PyYAML's safe loader (its C version when available) and
+validated on load: every entry has a non-empty `source`, every op name parses as an OpKey, every
+release series is spelled "X.Y", no series is listed twice in one section, every shape rule names
+a known check, and every series of `always_cpu` has the other per-release facts too. A bad file
+raises `ValueError` naming the entry (it is a bug in opscan, not user input).
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def _shape_error(entry: dict) -> tuple:
     """A shape_errors entry as a one-element tuple (so it fits _per_series' shape)."""
     _require(entry, ("id", "check", "ops", "message", "remedy", "source"), "shape_errors")
     if entry["check"] not in CHECKS:
-        raise ValueError(f"shape_errors: {entry['id']}: no check named {entry['check']!r} in shape_rules.py")
+        raise ValueError(f"shape_errors: {entry['id']}: no check named {entry['check']!r} in shape_rules")
     ops = frozenset(OpKey.from_yaml(o) for o in entry["ops"])
     text = {k: str(entry[k]) for k in ("id", "check", "message", "remedy", "source")}
     return (ShapeError(ops=ops, **text),)
@@ -160,7 +161,9 @@ def parse_facts(raw: dict) -> Facts:
         raise ValueError(f"facts.yaml: unsupported schema {raw.get('schema')!r}")
     sections = {
         "always_cpu": _per_series(raw["always_cpu"], "always_cpu", _op_facts),
-        "python_registrations": _per_series(raw["python_registrations"], "python_registrations", _op_facts),
+        "python_registrations": _per_series(
+            raw["python_registrations"], "python_registrations", _op_facts
+        ),
         "min_macos": _per_series(raw["min_macos"], "min_macos", lambda e: (e["macos"], e["source"])),
         "error_stubs": _per_series(raw["error_stubs"], "error_stubs", _op_facts),
         "shape_errors": _shape_sections(raw.get("shape_errors", [])),
@@ -168,7 +171,8 @@ def parse_facts(raw: dict) -> Facts:
     series = tuple(sorted(sections["always_cpu"], key=version_tuple))
     for name in _PER_RELEASE:
         if set(sections[name]) != set(series):
-            raise ValueError(f"facts.yaml: {name} covers {sorted(sections[name])}, always_cpu {list(series)}")
+            covered = sorted(sections[name], key=version_tuple)
+            raise ValueError(f"facts.yaml: {name} covers {covered}, always_cpu {list(series)}")
     distributed = raw["distributed"]
     _require(distributed, ("namespace", "error_since", "message", "source"), "distributed")
     count = sum(len(raw[k]) for k in ("always_cpu", "python_registrations", "min_macos", "error_stubs"))
@@ -205,7 +209,8 @@ def parse_torchvision(raw: dict) -> Mapping[OpKey, TorchvisionOp]:
         key = OpKey.from_yaml(entry["op"], namespace=raw["namespace"])
         if key in table or not _SERIES.match(str(entry["since_torch"])):
             raise ValueError(f"torchvision.yaml: repeated op or bad since_torch in {entry!r}")
-        table[key] = TorchvisionOp(key, str(entry["since_torchvision"]), str(entry["since_torch"]), entry["source"])
+        since_tv, since_torch = str(entry["since_torchvision"]), str(entry["since_torch"])
+        table[key] = TorchvisionOp(key, since_tv, since_torch, entry["source"])
     return MappingProxyType(table)
 
 

@@ -13,9 +13,10 @@ Composite kinds, as torchgen assigns them (torchgen/model.py, native_function_ge
 * `autogen:` overloads (generated `.out` or functional variants) get a CompositeExplicitAutograd
   kernel that calls the overload they were generated from.
 
-Parsing keeps only the lines these fields live on (`- func:` cut to the overload name, `dispatch:`
-and its indented keys, `structured_delegate:`, `structured:`, `autogen:`), then uses PyYAML's C loader when available; a
-test checks that this gives the same index as loading the whole file. Results are cached per path.
+Parsing keeps only the lines these fields live on (`- func:` cut to the overload name,
+`dispatch:` and its indented keys, `structured_delegate:`, `structured:`, `autogen:`), then uses
+PyYAML's C loader when available; a test checks that this gives the same index as loading the
+whole file. Results are cached per path.
 """
 
 from __future__ import annotations

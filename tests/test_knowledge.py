@@ -1,0 +1,264 @@
+"""Tests of the knowledge stage: the yaml index, facts.yaml, torchvision.yaml, common_mps.py."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from opscan.knowledge import KnowledgeError, installed_release, load_knowledge
+from opscan.knowledge.common_mps import installed_path, load_common_mps, opinfo_candidates
+from opscan.knowledge.facts import load_facts, load_torchvision, parse_facts, series_of
+from opscan.knowledge.shape_rules import (
+    adaptive_pool_divisible,
+    adaptive_pool_same_direction,
+    note_from_shapes,
+)
+from opscan.knowledge.yaml_index import essential_lines, index_entries
+from opscan.opkey import OpKey
+
+INSTALLED = installed_release()
+K = OpKey.parse
+
+
+@pytest.fixture(scope="module")
+def kb():
+    return load_knowledge()
+
+
+@pytest.fixture(scope="module")
+def raw_entries(kb):
+    with open(kb.yaml.path, encoding="utf-8") as fh:
+        return yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+# --- native_functions.yaml -------------------------------------------------------------------
+
+
+@pytest.mark.skipif(INSTALLED != "2.14.1", reason=f"counts are for torch 2.14.1, installed {INSTALLED}")
+def test_mps_kernels_on_2_14_1_are_549_explicit_plus_363_inherited(kb):
+    # mps_facts.md §2: 914 MPS registrations in the 2.14.1 dylib = 912 from the yaml
+    # (549 explicit + 363 via structured_delegate) + embedding_renorm_ + _slow_conv2d_forward.
+    explicit, inherited = kb.yaml.mps_counts()
+    assert (explicit, inherited) == (549, 363)
+    assert explicit + inherited == 912
+
+
+@pytest.mark.skipif(INSTALLED != "2.13.0", reason=f"counts are for torch 2.13.0, installed {INSTALLED}")
+def test_mps_kernels_on_2_13_0_are_533_explicit_plus_357_inherited(kb):
+    # measured by this index on the 2.13.0+cpu wheel (its yaml is byte-identical to macOS's).
+    assert kb.yaml.mps_counts() == (533, 357)
+
+
+def test_cia_with_mps_holds_the_known_super_ops(kb):
+    found = set(kb.cia_with_mps())
+    assert {K("aten::linear"), K("aten::max_pool2d"), K("aten::_fused_rms_norm")} <= found
+    if INSTALLED == "2.14.1":  # mps_facts.md §8 lists exactly these four for 2.14.1
+        assert found == {K("aten::linear"), K("aten::max_pool2d"), K("aten::_fused_rms_norm"),
+                         K("aten::mish_backward")}
+
+
+def test_round_trip_of_every_overload_spelling(kb, raw_entries):
+    names = [e["func"].partition("(")[0] for e in raw_entries]
+    assert len(names) == len(set(names)) > 2000
+    for name in names:
+        key = OpKey.from_yaml(name)
+        assert key.yaml_name == name
+        assert key in kb.yaml.overloads
+    for key in kb.yaml.overloads:  # declared and autogen'd
+        assert OpKey.parse(key.display) == key
+        assert OpKey.from_yaml(key.yaml_name) == key
+
+
+def test_fast_path_indexes_like_the_whole_file(kb, raw_entries):
+    assert index_entries(raw_entries) == dict(kb.yaml.overloads)
+
+
+def test_essential_lines_keep_dispatch_blocks_only():
+    text = ("- func: a.out(Tensor self) -> Tensor\n  variants: function\n  dispatch:\n    CPU, MPS: a_out\n"
+            "  tags: pointwise\n\n- func: a(Tensor self) -> Tensor\n  structured_delegate: a.out\n")
+    assert essential_lines(text) == ("- func: a.out\n  dispatch:\n    CPU, MPS: a_out\n"
+                                     "- func: a\n  structured_delegate: a.out")
+
+
+def test_dispatch_keys_are_split_and_composites_are_classified(kb):
+    take = kb.yaml.get(K("aten::take"))
+    assert {"CPU", "CUDA"} <= take.dispatch and kb.yaml.mps_kernel(take.key) is None
+    assert kb.yaml.get(K("aten::adaptive_avg_pool1d")).implicit_cia  # no dispatch: at all
+    linear = kb.yaml.get(K("aten::linear"))
+    assert linear.cia and not linear.implicit_cia and kb.yaml.mps_kernel(linear.key) == "explicit"
+    assert kb.yaml.get(K("aten::expand")).composite == "CompositeExplicitAutograd"
+    assert kb.yaml.mps_kernel(K("aten::add.Tensor")) == "delegate"
+    assert kb.yaml.get(K("aten::add.Tensor")).composite is None
+
+
+def test_autogen_overloads_are_explicit_composites(kb):
+    generated = kb.yaml.get(K("aten::_new_zeros_with_same_feature_meta.out"))
+    assert generated.autogen_from == K("aten::_new_zeros_with_same_feature_meta")
+    assert generated.composite == "CompositeExplicitAutograd"
+
+
+def test_bad_yaml_is_rejected(tmp_path):
+    bad = tmp_path / "native_functions.yaml"
+    bad.write_text("just: a mapping\n")
+    with pytest.raises(ValueError, match="native_functions.yaml"):
+        from opscan.knowledge.yaml_index import load_yaml_index
+        load_yaml_index(str(bad))
+
+
+# --- knowledge object ------------------------------------------------------------------------
+
+
+def test_release_defaults_to_installed_without_local_suffix(kb):
+    assert kb.release == INSTALLED and "+" not in kb.release
+    assert load_knowledge(release="2.14.1+cu130").release == "2.14.1"
+
+
+def test_kb_version_names_yaml_digest_and_facts(kb):
+    assert re.fullmatch(r"yaml:[\w.]+:[0-9a-f]{12}\+facts:\d+:[0-9a-f]{8}", kb.kb_version)
+    assert kb.yaml.sha256.startswith(kb.kb_version.split(":")[2].split("+")[0])
+
+
+def test_load_is_cached(kb):
+    assert load_knowledge() is kb
+
+
+def test_unknown_release_is_a_user_error():
+    with pytest.raises(KnowledgeError, match="known series"):
+        load_knowledge(release="1.13.1")
+
+
+def test_missing_yaml_is_a_user_error(tmp_path):
+    with pytest.raises(KnowledgeError, match="not found"):
+        load_knowledge(yaml_path=str(tmp_path / "nope.yaml"))
+
+
+def test_loading_knowledge_never_imports_torch():
+    code = ("import sys; from opscan.knowledge import load_knowledge; import opscan.classify; "
+            "load_knowledge(); assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- facts.yaml ------------------------------------------------------------------------------
+
+
+ALL_SERIES = tuple(f"2.{m}" for m in range(15))
+
+
+def test_facts_cover_every_release_series_with_sources():
+    facts = load_facts()
+    assert facts.series == ALL_SERIES
+    for s in ALL_SERIES:
+        rf = facts.for_release(s + ".0")
+        assert K("aten::embedding_renorm_") in rf.always_cpu
+        assert K("aten::_slow_conv2d_forward") in rf.error_stubs
+        assert all(f.source for f in (*rf.always_cpu.values(), *rf.python_registrations.values()))
+        assert rf.min_macos in {"12.3", "13.0", "14.0"} and rf.min_macos_source
+
+
+def test_always_cpu_list_per_release():
+    facts = load_facts()
+    assert set(facts.for_release("2.14.1").always_cpu) == {K("aten::embedding_renorm_")}
+    assert K("aten::linalg_svd.U") in facts.for_release("2.13.0").always_cpu
+    assert len(facts.for_release("2.0.0").always_cpu) == 10  # mps_facts.md §1.2
+    assert K("aten::linalg_vector_norm") not in facts.for_release("2.1.0").always_cpu
+    assert facts.always_cpu_until(K("aten::linalg_svd"), "2.13.0") == "2.14"
+    assert facts.always_cpu_until(K("aten::embedding_renorm_"), "2.13.0") is None
+
+
+def test_python_registrations_and_distributed_rule():
+    facts = load_facts()
+    assert K("aten::var_mean.correction") in facts.for_release("2.2.0").python_registrations
+    assert set(facts.for_release("2.12.0").python_registrations) == {
+        K("aten::native_group_norm"), K("aten::native_group_norm_backward")}
+    assert not facts.for_release("2.13.0").python_registrations
+    assert facts.for_release("2.10.0").distributed_error is None
+    assert facts.for_release("2.11.0").distributed_error is not None
+    assert facts.for_release("2.14.1").min_macos == "14.0"
+    assert facts.for_release("2.5.0").min_macos == "12.3"
+
+
+def _raw_facts() -> dict:
+    from opscan.knowledge.facts import FACTS_PATH
+    with open(FACTS_PATH, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda r: r["always_cpu"][0].pop("source"), "lacks"),
+    (lambda r: r["always_cpu"][1]["releases"].append("2.0"), "repeated"),
+    (lambda r: r["min_macos"].pop(), "min_macos covers"),
+    (lambda r: r["shape_errors"][0].update(check="nope"), "no check named"),
+    (lambda r: r["always_cpu"][0]["ops"].append("not an op"), "not a valid operator"),
+])
+def test_bad_facts_fail_fast(breakage, message):
+    raw = _raw_facts()
+    breakage(raw)
+    with pytest.raises(ValueError, match=message):
+        parse_facts(raw)
+
+
+def test_series_parsing():
+    assert series_of("2.14.1+cu130") == "2.14" and series_of("2.10") == "2.10"
+    with pytest.raises(ValueError):
+        series_of("nightly")
+
+
+# --- torchvision.yaml ------------------------------------------------------------------------
+
+
+def test_torchvision_table():
+    table = load_torchvision()
+    names = {k.name for k in table}
+    assert {"nms", "roi_align", "_roi_align_backward", "roi_pool", "ps_roi_align", "ps_roi_pool",
+            "deform_conv2d"} <= names
+    assert all(k.namespace == "torchvision" and e.source for k, e in table.items())
+    assert table[K("torchvision::nms")].since_torch == "2.1"
+    assert table[K("torchvision::deform_conv2d")].since_torchvision == "0.23"
+
+
+# --- common_mps.py ---------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(installed_path() is None, reason="the installed torch wheel has no common_mps.py")
+def test_common_mps_lists_are_read_without_import():
+    lists = load_common_mps(installed_path())
+    assert "torch.testing._internal.common_mps" not in sys.modules
+    assert {"add", "mm", "cumsum"} <= lists.supported_complex
+    assert lists.unimplemented["take"] is None and lists.unimplemented["median"] == ("bool",)
+    if INSTALLED == "2.14.1":  # mps_facts.md §3 table
+        assert (len(lists.supported_complex), len(lists.unimplemented)) == (328, 83)
+
+
+def test_opinfo_candidates_by_name():
+    assert opinfo_candidates("add_")[0] == "add"
+    assert "linalg.svd" in opinfo_candidates("linalg_svd")
+    assert "nn.functional.conv2d" in opinfo_candidates("conv2d")
+    assert "conj" in opinfo_candidates("_conj")
+    assert opinfo_candidates("__and__")[0] == "__and__"
+
+
+# --- shape rules -----------------------------------------------------------------------------
+
+
+def test_adaptive_pool_checks():
+    assert adaptive_pool_divisible({"input_spatial": [7, 7], "output_size": [3, 3]}) is True
+    assert adaptive_pool_divisible({"input_spatial": [6, 6], "output_size": [3, 3]}) is False
+    assert adaptive_pool_divisible({"input_spatial": [2, 2], "output_size": [4, 6]}) is False
+    assert adaptive_pool_divisible({"input_spatial": [2, 2], "output_size": [5, 4]}) is True
+    assert adaptive_pool_divisible({"input_spatial": [7, 7]}) is None
+    assert adaptive_pool_divisible(None) is None
+    assert adaptive_pool_same_direction({"input_spatial": [7, 3], "output_size": [3, 6]}) is True
+    assert adaptive_pool_same_direction({"input_spatial": [7, 7], "output_size": [3, 3]}) is False
+
+
+def test_note_from_shapes_knows_argument_order():
+    fwd = note_from_shapes(K("aten::_adaptive_avg_pool2d"), [(1, 2, 7, 7)], [(1, 2, 3, 3)])
+    bwd = note_from_shapes(K("aten::_adaptive_avg_pool2d_backward"), [(1, 2, 3, 3), (1, 2, 7, 7)],
+                           [(1, 2, 7, 7)])
+    assert fwd == bwd == {"input_spatial": [7, 7], "output_size": [3, 3]}
+    assert note_from_shapes(K("aten::add.Tensor"), [(2,)], [(2,)]) is None
+    assert note_from_shapes(K("aten::_adaptive_avg_pool2d"), [], []) is None
