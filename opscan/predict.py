@@ -46,9 +46,9 @@ def classify_call(call: MpsCall, kb: Knowledge, cache: dict) -> Classification:
 def _classify(call: MpsCall, kb: Knowledge, note) -> Classification:
     if call.callees == () and not _wide(call.dtypes):
         return Classification(Verdict.NATIVE, Evidence(
-            "composite-view",
-            f"{call.op} is a composite view: it only rewrites tensor metadata, no kernel runs "
-            f"(torch {kb.release})",
+            "composite-metadata",
+            f"{call.op} is composite and dispatches no other op (a view, or checked on CPU and meta "
+            f"tensors): it only builds tensor metadata, no kernel runs (torch {kb.release})",
             kb.yaml_source,
         ))
     if call.rule == "mps-copy" and not _wide(call.dtypes):

@@ -17,7 +17,7 @@ import torch
 from torch._C import DispatchKey
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves, tree_map
 
 from opscan.opkey import OpKey
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker, backward_module
@@ -121,9 +121,26 @@ class CallRecorder(TorchDispatchMode):
         self._parents.append(index)
         try:
             with self:
-                return call_through(func._op_dk, key, *args, **kwargs), True
+                out = call_through(func._op_dk, key, *args, **kwargs)
+            if len(self.calls) == index + 1:  # a CPU fast path dispatched nothing: see the device path
+                # nothing dispatched on meta either: metadata only; the meta run failed: not known
+                return out, self._expand_on_meta(func, key, args, kwargs)
+            return out, True
         finally:
             self._parents.pop()
+
+    def _expand_on_meta(self, func, key, args, kwargs) -> bool:
+        """Run the composite kernel on meta copies: its non-CPU branch (the one MPS takes) dispatches.
+        True when that run succeeded."""
+        meta_args, meta_kwargs = tree_map(_to_meta, (args, kwargs))
+        if "device" in meta_kwargs:
+            meta_kwargs["device"] = torch.device("meta")
+        try:
+            with self:
+                func._op_dk(key, *meta_args, **meta_kwargs)
+        except Exception:  # noqa: BLE001 - no meta path: the callees stay unknown
+            return False
+        return True
 
     def _decomposed(self, func, args, kwargs):
         # Under inference_mode the autograd keys are skipped, so CompositeImplicitAutograd ops
@@ -172,6 +189,12 @@ def _composite_key(func) -> DispatchKey | None:
 def _is_view(func) -> bool:
     returns = func._schema.returns
     return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+
+
+def _to_meta(value):
+    if isinstance(value, torch.Tensor):
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+    return value
 
 
 def _current_node() -> int | None:
