@@ -137,11 +137,11 @@ def _plain(call: OpCall, callees) -> MpsCall:
 
 
 def _callee(leaf: OpCall, composite: OpCall) -> MpsCall:
-    plain = _plain(leaf, None)
+    plain = _plain(leaf, () if leaf.expanded else None)
     return MpsCall(
         index=leaf.index, op=plain.op, phase=composite.phase, module=composite.module, inputs=leaf.inputs,
         outputs=leaf.outputs, dtypes=leaf.dtypes, cpu_op=composite.op, rule=plain.rule or "composite-callee",
-        attrs=leaf.attrs,
+        callees=plain.callees, attrs=leaf.attrs,
     )
 
 
