@@ -2,9 +2,10 @@
 
 Forward: global module hooks keep a stack of module paths. Backward: every autograd node created in
 forward is mapped, by its sequence number, to the module whose code created it (a TorchFunctionMode
-walks the new part of the autograd graph after each torch function), and the engine's current node
-names it during backward. Gradient accumulation is attributed to the parameter's module; optimizer
-calls to the module owning the parameters they touch.
+walks the new part of the autograd graph after each torch function, and module hooks claim what
+that mode cannot see: autograd.Function nodes, a reentrant checkpoint's recompute), and the
+engine's current node names it during backward. Gradient accumulation is attributed to the
+parameter's module; optimizer calls to the module owning the parameters they touch.
 """
 
 from __future__ import annotations
@@ -74,6 +75,32 @@ class GradFnMapper(TorchFunctionMode):
         super().__init__()
         self.tracker = tracker
         self.node_module: dict[int, str] = {}
+        self._handles: list = []
+
+    def __enter__(self) -> GradFnMapper:
+        # Nodes this mode cannot see being made (autograd.Function.apply, and anything run inside
+        # the autograd engine, where torch-function modes are off: a reentrant checkpoint's
+        # recompute) are claimed at module boundaries instead: a module's inputs by its caller,
+        # its output by the module itself. Registered after ModuleTracker's hooks, so in
+        # `_entering` the module is already on top of the stack.
+        hooks = torch.nn.modules.module
+        self._handles = [
+            hooks.register_module_forward_pre_hook(self._entering),
+            hooks.register_module_forward_hook(self._leaving, always_call=True),
+        ]
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for handle in self._handles:
+            handle.remove()
+        return super().__exit__(*exc)
+
+    def _entering(self, module, args) -> None:
+        stack = self.tracker.stack
+        self._claim(args, stack[-2] if len(stack) > 1 else "")
+
+    def _leaving(self, module, args, output) -> None:
+        self._claim(output, self.tracker.name_of(module))
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = call_through(func, *args, **(kwargs or {}))
