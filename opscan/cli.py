@@ -99,8 +99,7 @@ def _run(args: argparse.Namespace) -> int:
     out_dir = Path(args.output_dir or Path("reports") / _safe(report.model_name))
     _check_writable(out_dir)
     _write_reports(report, out_dir)
-    sys.stdout.write(_render(report, args))
-    sys.stdout.flush()
+    _emit(_render(report, args))
     return _exit_code(report, args.fail_on)
 
 
@@ -118,6 +117,15 @@ def _render(report, args) -> str:
         return FORMATS["table"](report, verbose=args.verbose > 0, tree=args.tree,
                                 width=_width(), color=sys.stdout.isatty())
     return FORMATS[args.format](report)
+
+
+def _emit(text: str) -> None:
+    """Print the artefact; a reader that stops early (`opscan ... | head`) is not an error."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
 
 
 def _write_reports(report, out_dir: Path) -> None:

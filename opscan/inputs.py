@@ -38,7 +38,9 @@ def parse_input(text: str) -> InputSpec:
     low = int(match["low"]) if match["low"] is not None else 0
     high = int(match["high"]) if match["high"] is not None else 2
     if high <= low:
-        raise UsageError(f"--input {text!r}: the range LOW-HIGH needs LOW < HIGH")
+        raise UsageError(
+            f"--input {text!r}: the range LOW-HIGH needs LOW < HIGH — e.g. 8x128:int64:0-30522 (HIGH is exclusive)"
+        )
     return InputSpec(shape, match["dtype"], low, high)
 
 

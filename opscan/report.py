@@ -155,8 +155,21 @@ def decide_lane(rows: tuple[Row, ...]) -> Lane:
 
 
 def _reason(row: Row) -> str:
-    dtypes = ",".join(dict.fromkeys(row.dtypes)) or "-"
-    return f"{row.op.display} [{dtypes}] is {row.verdict.value}: {row.evidence.text}"
+    return f"{row.op.display} [{signature_text(row.dtypes)}] is {row.verdict.value}: {row.evidence.text}"
+
+
+def signature_text(dtypes: tuple[str, ...]) -> str:
+    """A dtype signature in short but lossless form: ("float32", "float32", "int64") -> "float32×2,int64".
+
+    Rows are keyed by the whole signature, so two rows of one op must never print alike.
+    """
+    runs: list[list] = []
+    for dtype in dtypes:
+        if runs and runs[-1][0] == dtype:
+            runs[-1][1] += 1
+        else:
+            runs.append([dtype, 1])
+    return ",".join(d if n == 1 else f"{d}×{n}" for d, n in runs) or "-"
 
 
 def count_phases(calls) -> dict[str, dict[str, int]]:

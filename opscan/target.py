@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import os
 import sys
 import traceback
 from dataclasses import dataclass
@@ -22,6 +23,9 @@ import torch
 
 from opscan.errors import TargetError
 from opscan.inputs import InputSpec, random_inputs
+
+_OPSCAN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_IMPORTLIB_DIR = os.path.dirname(os.path.abspath(importlib.__file__)) + os.sep
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ def import_location(location: str) -> ModuleType:
         raise TargetError(
             f"cannot import module {location!r}: {type(exc).__name__}: {exc} "
             "— install it, or point TARGET at a file with FILE.py:FUNCTION",
-            user_traceback=traceback.format_exc(),
+            user_traceback=_user_traceback(),
         ) from None
 
 
@@ -77,12 +81,12 @@ def _import_file(path: Path) -> ModuleType:
     except SyntaxError as exc:
         raise TargetError(
             f"{path}:{exc.lineno}: syntax error: {exc.msg} — fix the file and rerun",
-            user_traceback=traceback.format_exc(),
+            user_traceback=_user_traceback(),
         ) from None
     except Exception as exc:  # noqa: BLE001
         raise TargetError(
             f"importing {path} raised {type(exc).__name__}: {exc} — fix the file or install what it imports",
-            user_traceback=traceback.format_exc(),
+            user_traceback=_user_traceback(),
         ) from None
     return module
 
@@ -92,9 +96,14 @@ def load_target(spec: str, factory_args: dict[str, Any], input_specs: list[Input
     location, func_name = split_spec(spec)
     module = import_location(location)
     factory = getattr(module, func_name, None)
-    if not callable(factory):
+    if factory is None:
         raise TargetError(
             f"{location} has no function {func_name!r} — name a function that returns an nn.Module"
+        )
+    if not callable(factory):
+        raise TargetError(
+            f"{func_name!r} in {location} is not a function (it is of type {type(factory).__name__}) "
+            "— name a function that returns an nn.Module"
         )
     model, inputs = _call_factory(factory, spec, factory_args)
     if input_specs:
@@ -135,7 +144,7 @@ def _call_factory(factory: Callable, spec: str, factory_args: dict[str, Any]):
 def _factory_failed(spec: str, exc: Exception) -> TargetError:
     return TargetError(
         f"{spec} raised {type(exc).__name__}: {exc} — fix the factory (rerun with -v for its traceback)",
-        user_traceback=traceback.format_exc(),
+        user_traceback=_user_traceback(),
     )
 
 
@@ -152,8 +161,17 @@ def _example_inputs(module: ModuleType, model: torch.nn.Module, spec: str):
     except Exception as exc:  # noqa: BLE001
         raise TargetError(
             f"example_inputs() raised {type(exc).__name__}: {exc} — fix it or pass --input",
-            user_traceback=traceback.format_exc(),
+            user_traceback=_user_traceback(),
         ) from None
+
+
+def _user_traceback() -> str:
+    """The exception being handled, without opscan's and importlib's frames (the user's code only)."""
+    exc = sys.exc_info()[1]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith((_OPSCAN_DIR, _IMPORTLIB_DIR, "<frozen importlib"))]
+    lines = traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc)
+    return "Traceback (opscan frames removed):\n" + "".join(lines)
 
 
 def _hook(module: ModuleType, name: str) -> Callable | None:

@@ -2,8 +2,8 @@
 
 Forward calls are named by module hooks; backward calls by the autograd node the engine is
 running (mapped to the module that created it); gradient accumulation and optimizer calls by the
-parameter's owner. These tests run eagerly (fx=False): the fx path's differences are the xfails
-at the end.
+parameter's owner. These tests run eagerly (fx=False); the fx tests at the end check that fx
+changes nothing.
 """
 
 from __future__ import annotations
@@ -304,10 +304,6 @@ def test_custom_function_backward_belongs_to_the_module_that_applied_it():
 FX = TraceOptions(fx=True)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "fxnodes: symbolic_trace inlines non-leaf modules (Block) into the root graph, so the fx "
-    "Interpreter runs Block.forward's torch.relu with no module hook for blocks.N: forward relu and "
-    "its backward go to '' instead of blocks.N (node.meta['nn_module_stack'] has the right path)"))
 def test_fx_attributes_inlined_module_code_to_its_module():
     torch.manual_seed(0)
     trace = run_trace(Twin(), torch.randn(2, 4), FX)
@@ -316,9 +312,6 @@ def test_fx_attributes_inlined_module_code_to_its_module():
     assert [c.module for c in calls_of(trace, "aten::threshold_backward")] == ["blocks.1", "blocks.0"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "fxnodes: symbolic_trace traces through torch.utils.checkpoint and records the block's ops "
-    "inline; running that graph drops checkpointing, so the fx trace has no recompute in backward"))
 def test_fx_keeps_activation_checkpointing():
     torch.manual_seed(0)
     trace = run_trace(Checkpointed(False), torch.randn(2, 4), FX)

@@ -177,17 +177,7 @@ def test_fx_changes_no_call_only_names_nodes(name, inference):
     assert all(c.fx_node is None for c in traced.calls if c.phase != "forward")
 
 
-FX_INLINES_ATTN = pytest.mark.xfail(
-    strict=True,
-    reason="fxnodes: symbolic_trace inlines non-leaf modules (Attn), and the fx Interpreter runs their "
-    "code at the parent's level, so no module hook fires for `layer`: sdpa is attributed to '' with fx "
-    "and to 'layer' without (node.meta['nn_module_stack'] has the right path)",
-)
-
-
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=FX_INLINES_ATTN) if n == "sdpa" else n for n in CASES]
-)
+@pytest.mark.parametrize("name", CASES)
 def test_fx_keeps_module_attribution(name):
     eager = _trace(name, fx=False)
     traced = _trace(name, fx=True)

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from opscan.report import Report, Row
+from opscan.report import Report, Row, signature_text
 from opscan.verdict import Verdict
 
 STYLE = {
@@ -71,10 +71,11 @@ def _summary(report: Report) -> str:
 def _rows_table(rows: tuple[Row, ...]) -> Table:
     table = Table(show_lines=False, expand=False, box=None, pad_edge=False, header_style="bold")
     for column in ("module", "op", "dtypes", "verdict", "calls", "phases", "evidence / remedy"):
-        table.add_column(column, overflow="fold")
+        # a verdict or a count split over two lines is misread; the other columns fold when narrow
+        table.add_column(column, overflow="fold", no_wrap=column in ("verdict", "calls"))
     for row in sorted(rows, key=lambda r: (r.modules[0] if r.modules else "", -r.verdict.rank)):
         table.add_row(
-            escape(_modules(row)), row.op.display, escape(",".join(dict.fromkeys(row.dtypes)) or "-"),
+            escape(_modules(row)), row.op.display, escape(signature_text(row.dtypes)),
             f"[{STYLE[row.verdict]}]{row.verdict.value}[/]", str(row.calls), ",".join(row.phases),
             escape(_why(row)),
         )
@@ -99,21 +100,20 @@ def _why(row: Row) -> str:
 
 def _module_tree(report: Report) -> Tree:
     worst: dict[str, Verdict] = {}
-    calls: dict[str, int] = {}
+    ops: dict[str, int] = {}  # rows, not calls: a row's calls are not split by module
     for row in report.rows:
-        for module in row.modules:
-            for prefix in _prefixes(module):
-                if prefix not in worst or row.verdict.rank > worst[prefix].rank:
-                    worst[prefix] = row.verdict
-                calls[prefix] = calls.get(prefix, 0) + row.calls
-    root = Tree(_tree_label(escape(report.model_name), "", worst, calls))
+        for prefix in {p for module in row.modules for p in _prefixes(module)}:
+            if prefix not in worst or row.verdict.rank > worst[prefix].rank:
+                worst[prefix] = row.verdict
+            ops[prefix] = ops.get(prefix, 0) + 1
+    root = Tree(_tree_label(escape(report.model_name), "", worst, ops))
     nodes = {"": root}
     for path, kind in report.modules:
         if not path:
             continue
         parent = nodes.get(path.rpartition(".")[0], root)
         label = escape(f"{path.rpartition('.')[2]} ({kind})")
-        nodes[path] = parent.add(_tree_label(label, path, worst, calls))
+        nodes[path] = parent.add(_tree_label(label, path, worst, ops))
     return root
 
 
@@ -124,11 +124,11 @@ def _prefixes(module: str):
         yield ".".join(parts[:i])
 
 
-def _tree_label(name: str, path: str, worst, calls) -> str:
+def _tree_label(name: str, path: str, worst, ops) -> str:
     verdict = worst.get(path)
     if verdict is None:
         return name
-    return f"{name} [{STYLE[verdict]}]{verdict.value}[/] ({calls.get(path, 0)} calls incl. children)"
+    return f"{name} [{STYLE[verdict]}]{verdict.value}[/] ({ops.get(path, 0)} ops incl. children)"
 
 
 def _lane(report: Report) -> str:

@@ -59,7 +59,8 @@ def trace_step(target: Target, options: TraceOptions = TraceOptions(), *,
     lens = MpsLens(recorder, mapper, tracker, has_mps_kernel, options.macos)
     recorder.index_parameters(model)
     with contextlib.ExitStack() as stack:
-        for ctx in (tracker, phases, fxnodes.forward_through(model, gm, recorder), lens, mapper, recorder):
+        tagger = fxnodes.FxNodeTagger(gm, tracker, recorder) if gm is not None else contextlib.nullcontext()
+        for ctx in (tracker, phases, tagger, lens, mapper, recorder):
             stack.enter_context(ctx)
         _run(target, model, optimizer, inputs, options)
     return Trace(

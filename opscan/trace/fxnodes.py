@@ -1,33 +1,24 @@
 """Trace stage: name the torch.fx node behind each forward call, where symbolic tracing works.
 
-When `torch.fx.symbolic_trace` succeeds, the model's forward is run through an fx Interpreter over
-the traced graph (same parameters, same submodules), which tells the recorder which node is running.
-When it fails (most Hugging Face models), the reason is kept in one line and the eager forward runs.
+The step always runs eagerly, so fx never changes what is recorded (symbolic_trace inlines
+submodules and traces through activation checkpointing). When `torch.fx.symbolic_trace` succeeds,
+each eager forward call is matched to its node: a leaf module's calls to its `call_module` node;
+a torch function or tensor method called from module M to the next unused `call_function` /
+`call_method` node of the same name whose innermost `nn_module_stack` entry is M. When tracing
+fails (most Hugging Face models), the reason is kept in one line.
 """
 
 from __future__ import annotations
 
-import contextlib
-import inspect
+from collections import defaultdict, deque
 
 import torch
 import torch.fx
+from torch.overrides import TorchFunctionMode
 
+from opscan.trace.attribution import ModuleTracker
 from opscan.trace.guard import call_through
 from opscan.trace.records import FxInfo
-
-
-class _NodeNamer(torch.fx.Interpreter):
-    def __init__(self, gm: torch.fx.GraphModule, recorder):
-        super().__init__(gm, garbage_collect_values=True)
-        self.recorder = recorder
-
-    def run_node(self, n):
-        previous, self.recorder.fx_node = self.recorder.fx_node, n.name
-        try:
-            return call_through(super().run_node, n)
-        finally:
-            self.recorder.fx_node = previous
 
 
 def symbolic(model: torch.nn.Module) -> tuple[torch.fx.GraphModule | None, FxInfo]:
@@ -40,21 +31,62 @@ def symbolic(model: torch.nn.Module) -> tuple[torch.fx.GraphModule | None, FxInf
     return gm, FxInfo(True, None, sum(1 for _ in gm.graph.nodes))
 
 
-@contextlib.contextmanager
-def forward_through(model: torch.nn.Module, gm: torch.fx.GraphModule | None, recorder):
-    """While active, model(...) runs its traced graph and tags calls with fx node names."""
-    if gm is None:
-        yield
-        return
-    signature = inspect.signature(model.forward)
+def _name(target) -> str:
+    raw = target if isinstance(target, str) else getattr(target, "__name__", str(target))
+    return raw.strip("_").removeprefix("i") if raw.startswith("__i") else raw.strip("_")
 
-    def forward(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        return _NodeNamer(gm, recorder).run(*bound.arguments.values())
 
-    model.forward = forward
-    try:
-        yield
-    finally:
-        del model.forward
+def _scope(node: torch.fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    return next(reversed(stack.values()))[0] if stack else ""
+
+
+class FxNodeTagger(TorchFunctionMode):
+    """Sets `recorder.fx_node` while the eager call matching an fx node runs."""
+
+    def __init__(self, gm: torch.fx.GraphModule, tracker: ModuleTracker, recorder):
+        super().__init__()
+        self.tracker, self.recorder = tracker, recorder
+        self.functions: dict[tuple[str, str], deque[str]] = defaultdict(deque)
+        self.leaves: dict[str, str] = {}
+        for node in gm.graph.nodes:
+            if node.op == "call_module":
+                self.leaves[node.target] = node.name
+            elif node.op in ("call_function", "call_method"):
+                self.functions[(_scope(node), _name(node.target))].append(node.name)
+        self._handles: list = []
+        self._saved: list[str | None] = []
+
+    def __enter__(self):
+        hooks = torch.nn.modules.module
+        self._handles = [hooks.register_module_forward_pre_hook(self._enter_module),
+                         hooks.register_module_forward_hook(self._leave_module, always_call=True)]
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for handle in self._handles:
+            handle.remove()
+        return super().__exit__(*exc)
+
+    def _enter_module(self, module, args) -> None:
+        self._saved.append(self.recorder.fx_node)
+        node = self.leaves.get(self.tracker.name_of(module))
+        if node is not None and self.tracker.root_depth > 0:
+            self.recorder.fx_node = node
+
+    def _leave_module(self, module, args, output) -> None:
+        self.recorder.fx_node = self._saved.pop() if self._saved else None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        scope = self.tracker.current
+        if scope is None or self.tracker.root_depth == 0 or scope in self.leaves:
+            return call_through(func, *args, **kwargs)
+        queue = self.functions.get((scope, _name(func)))
+        if not queue:
+            return call_through(func, *args, **kwargs)
+        previous, self.recorder.fx_node = self.recorder.fx_node, queue.popleft()
+        try:
+            return call_through(func, *args, **kwargs)
+        finally:
+            self.recorder.fx_node = previous

@@ -120,8 +120,12 @@ class CallRecorder(TorchDispatchMode):
             return call_through(func, *args, **kwargs), False
         self._parents.append(index)
         try:
-            with self:
-                out = call_through(func._op_dk, key, *args, **kwargs)
+            try:
+                with self:
+                    out = func._op_dk(key, *args, **kwargs)
+            except Exception:  # noqa: BLE001 - the composite kernel refused these arguments
+                del self.calls[index + 1:]  # (e.g. a Python scalar the C++ schema wants as a Tensor)
+                return call_through(func, *args, **kwargs), False
             if len(self.calls) == index + 1:  # a CPU fast path dispatched nothing: see the device path
                 # nothing dispatched on meta either: metadata only; the meta run failed: not known
                 return out, self._expand_on_meta(func, key, args, kwargs)

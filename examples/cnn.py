@@ -1,0 +1,31 @@
+"""Example target: a torchvision ResNet-18 image classifier, trained for one step.
+
+Shows the two simplest hooks of a TARGET file:
+- the factory `build_model()` returns `(model, example_inputs)`, so no `--input` is needed;
+- `loss_fn(outputs, inputs)` replaces opscan's default loss (the sum of the floating outputs) with
+  cross-entropy against fixed targets, so the trace holds the loss ops a real classifier runs.
+
+Random weights (`weights=None`), batch 2 of 3x64x64 images: small enough to trace in seconds.
+
+    opscan examples/cnn.py:build_model
+"""
+
+import torch
+import torch.nn.functional as F
+import torchvision
+
+NUM_CLASSES = 10
+BATCH = 2
+TARGETS = torch.tensor([3, 7])  # one fixed class label per image
+
+
+def build_model():
+    """ResNet-18 with 10 classes and random weights, and a batch of two 64x64 RGB images."""
+    model = torchvision.models.resnet18(weights=None, num_classes=NUM_CLASSES)
+    images = torch.randn(BATCH, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    return model, images
+
+
+def loss_fn(outputs, inputs):
+    """Cross-entropy of the logits against the fixed class labels."""
+    return F.cross_entropy(outputs, TARGETS)

@@ -1,0 +1,45 @@
+"""Shared test setup: offline Hugging Face, no OPSCAN_* flags leaking in from the environment,
+and paths to the crafted targets and the examples."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models are built from configs; nothing is downloaded
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+TARGETS = TESTS / "targets"
+EXAMPLES = REPO / "examples"
+
+
+@pytest.fixture(autouse=True)
+def _no_opscan_env(monkeypatch):
+    """Flags come from the test, never from OPSCAN_* variables of the shell that runs pytest."""
+    for name in list(os.environ):
+        if name.startswith("OPSCAN_"):
+            monkeypatch.delenv(name)
+
+
+def pytest_addoption(parser):
+    """`pytest --update-golden` rewrites tests/golden/* from the current output instead of comparing."""
+    parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/* from current output")
+
+
+@pytest.fixture
+def golden(request):
+    """golden(name, text): compare text with tests/golden/<name> (or rewrite it with --update-golden)."""
+
+    def check(name: str, text: str) -> None:
+        path = TESTS / "golden" / name
+        if request.config.getoption("--update-golden"):
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            return
+        assert path.is_file(), f"{path} is missing: run pytest --update-golden and review the diff"
+        assert text == path.read_text(encoding="utf-8"), f"{name} changed (pytest --update-golden to accept)"
+
+    return check

@@ -1,0 +1,148 @@
+"""Render tests: the table at width 100 without colour as exact text, JSON/YAML agreement, and the
+FORMATS registry against the CLI's --format choices. Reports are built by hand: no torch, no trace."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from opscan.cli import FORMAT_NAMES
+from opscan.render import FORMATS, render_json, render_table, render_yaml
+from opscan.report import Lane, Report
+from opscan.verdict import Verdict
+
+from helpers_report import ROWS, report
+
+
+def table(r: Report, **kw) -> str:
+    """The table at width 100 without colour, trailing spaces dropped (rich pads cells)."""
+    text = render_table(r, width=100, color=False, **kw)
+    return "\n".join(line.rstrip() for line in text.splitlines())
+
+
+def test_table_golden(golden):
+    # Rows sort by their first module ('' = top level first), the worst verdict first within a module;
+    # native rows are hidden without verbose; [proxy] and [no MPS dtype] keep their brackets.
+    golden("table-width100.txt", table(report()) + "\n")
+
+
+def wide(r: Report, **kw) -> list[str]:
+    """The table at width 200 (nothing folds), as lines."""
+    return table_lines(render_table(r, width=200, color=False, **kw))
+
+
+def table_lines(text: str) -> list[str]:
+    return [line.rstrip() for line in text.splitlines()]
+
+
+def test_summary_always_shows_unknown():
+    native_only = tuple(r for r in ROWS if r.verdict == Verdict.NATIVE)
+    lines = wide(report(native_only, Lane("mac-first", ("all 2 rows are native",))))
+    # 2 native rows: convolution (2 calls) + linear (1 call) = 3 calls; unknown shown although 0
+    assert "Summary: native 2 ops/3 calls · unknown 0 ops/0 calls" in lines
+    assert "All 2 rows are native (-v lists them)." in lines
+
+
+def test_summary_lists_every_verdict_present():
+    summary = next(line for line in wide(report()) if line.startswith("Summary:"))
+    assert summary == ("Summary: native 2 ops/3 calls · unknown 1 ops/1 calls · cpu_fallback 1 ops/4 calls · "
+                       "unsupported_dtype 1 ops/3 calls")
+
+
+def table_cells(lines: list[str]) -> list[tuple[str, str, str]]:
+    """(module, op, verdict) of each table row, cut at the header's column starts (nothing folds at 200)."""
+    at = next(i for i, line in enumerate(lines) if line.startswith("module "))
+    header = lines[at]
+    op, dtypes, verdict, calls = (header.index(f" {name} ") + 1 for name in ("op", "dtypes", "verdict", "calls"))
+    rows = lines[at + 1:lines.index(next(line for line in lines if line.startswith("Lane (")))]
+    return [(r[:op].strip(), r[op:dtypes].strip(), r[verdict:calls].strip()) for r in rows]
+
+
+def test_rows_grouped_by_module_worst_first():
+    cells = table_cells(wide(report(), verbose=True))
+    # sorted by first module, top level ('') first; encoder.conv's two rows adjacent, the worst first
+    assert cells == [
+        ("(top level)", "aten::_foreach_mul_.Scalar", "unknown"),
+        ("decoder.up", "aten::upsample_bicubic2d.out", "cpu_fallback"),
+        ("encoder.conv (+1)", "aten::add.Tensor", "unsupported_dtype"),
+        ("encoder.conv", "aten::convolution", "native"),
+        ("head", "aten::linear", "native"),
+    ]
+
+
+def test_native_rows_only_with_verbose():
+    quiet, verbose = "\n".join(wide(report())), "\n".join(wide(report(), verbose=True))
+    assert "aten::convolution" not in quiet and "aten::convolution" in verbose
+    assert "(CPU trace: aten::addmm)" in verbose  # the op the CPU trace saw, when MPS runs another
+
+
+def test_lane_printed_with_reasons():
+    lines = wide(report())
+    at = lines.index("Lane (predicted): dual-track")
+    assert lines[at + 1:] == [
+        "  - aten::upsample_bicubic2d.out [float32] is cpu_fallback: always-CPU list",
+        "  - aten::add.Tensor [float64×2] is unsupported_dtype: float64 [no MPS dtype]",
+    ]
+
+
+def test_lane_lists_ten_reasons_then_counts_the_rest():
+    reasons = tuple(f"aten::op{i} [float32] is unknown: reason {i}" for i in range(13))
+    lines = wide(report(lane=Lane("dual-track", reasons)))
+    at = lines.index("Lane (predicted): dual-track")
+    assert lines[at + 1] == "  - aten::op0 [float32] is unknown: reason 0"
+    assert lines[at + 10] == "  - aten::op9 [float32] is unknown: reason 9"
+    assert lines[at + 11] == "  … and 3 more rows (see report.json)"  # 13 - 10 = 3
+
+
+def test_markup_like_text_keeps_its_brackets():
+    text = "\n".join(wide(report()))
+    assert "[no MPS dtype]" in text and "TraceError: [proxy] in control flow" in text
+    assert "[float32]" in text and "[float64×2]" in text
+
+
+def test_module_tree_worst_verdict_and_row_counts():
+    lines = wide(report(), tree=True)
+    # rows per module: encoder.conv has convolution and add (2), head has add and linear (2), decoder.up
+    # has upsample (1), the model all 5; a module's verdict is the worst of its rows and its children's
+    assert "Net unsupported_dtype (5 ops incl. children)" in lines
+    assert "├── encoder (Encoder) unsupported_dtype (2 ops incl. children)" in lines
+    assert "│   └── up (Upsample) cpu_fallback (1 ops incl. children)" in lines
+    assert "└── head (Linear) unsupported_dtype (2 ops incl. children)" in lines
+
+
+def test_colour_only_when_asked():
+    assert "\x1b[" not in render_table(report(), width=100, color=False)
+    assert "\x1b[" in render_table(report(), width=100, color=True)
+
+
+# --- JSON and YAML -----------------------------------------------------------------------------------
+
+
+def test_json_and_yaml_hold_the_same_dict():
+    r = report()
+    assert yaml.safe_load(render_yaml(r)) == json.loads(render_json(r)) == r.to_dict()
+
+
+def test_json_rows_use_contract_spellings():
+    rows = json.loads(render_json(report()))["ops"]
+    upsample = next(r for r in rows if r["op"] == "aten::upsample_bicubic2d")
+    assert upsample["overload"] == "out"
+    assert next(r for r in rows if r["op"] == "aten::convolution")["overload"] == "default"
+    assert next(r for r in rows if r["op"] == "aten::linear")["cpu_op"] == "aten::addmm"
+
+
+def test_yaml_keeps_schema_key_order():
+    keys = [line.split(":")[0] for line in render_yaml(report()).splitlines() if line and line[0] != " "
+            and not line.startswith("-")]
+    assert keys[:4] == ["schema_version", "opscan_version", "kb_version", "model"]
+
+
+# --- the registry ------------------------------------------------------------------------------------
+
+
+def test_formats_cover_every_cli_choice():
+    assert set(FORMATS) == set(FORMAT_NAMES)
+    for name in FORMAT_NAMES:
+        out = FORMATS[name](report())
+        assert isinstance(out, str) and out.endswith("\n"), name
