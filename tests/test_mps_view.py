@@ -127,7 +127,7 @@ def test_composite_callees_replace_the_composite():
 
     target = Target("put", "Put", Put(), torch.randn(4), None, None, None)
     view = mps_view(run_trace(target, ScanOptions("put", inference=True), load_knowledge()))
-    forward = [(c.op.display, c.cpu_op.display if c.cpu_op else None) for c in view if c.phase == "forward"]
+    forward = [(c.op.display, c.cpu_op.display) for c in view if c.phase == "forward" and c.cpu_op]
     # put = clone + put_, and clone is itself composite: empty_strided + copy_ (nested leaves)
     assert forward == [("aten::empty_strided", "aten::put"), ("aten::copy_", "aten::put"),
                        ("aten::put_", "aten::put")]

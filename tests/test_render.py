@@ -22,7 +22,7 @@ def table(r: Report, **kw) -> str:
 
 
 def test_table_golden(golden):
-    # Rows sort by their first module ('' = top level first), the worst verdict first within a module;
+    # Rows sort by their first module ('' = the model itself first), the worst verdict first within a module;
     # native rows are hidden without verbose; [proxy] and [no MPS dtype] keep their brackets.
     golden("table-width100.txt", table(report()) + "\n")
 
@@ -52,18 +52,19 @@ def test_summary_lists_every_verdict_present():
 
 def table_cells(lines: list[str]) -> list[tuple[str, str, str]]:
     """(module, op, verdict) of each table row, cut at the header's column starts (nothing folds at 200)."""
-    at = next(i for i, line in enumerate(lines) if line.startswith("module "))
+    at = next(i for i, line in enumerate(lines) if line.startswith("#  module "))
     header = lines[at]
-    op, dtypes, verdict, calls = (header.index(f" {name} ") + 1 for name in ("op", "dtypes", "verdict", "calls"))
-    rows = lines[at + 1:lines.index(next(line for line in lines if line.startswith("Lane (")))]
-    return [(r[:op].strip(), r[op:dtypes].strip(), r[verdict:calls].strip()) for r in rows]
+    module, op, dtypes, verdict, calls = (header.index(f" {name} ") + 1
+                                          for name in ("module", "op", "dtypes", "verdict", "calls"))
+    end = next(i for i, line in enumerate(lines) if i > at and (not line or line.startswith("Lane (")))
+    return [(r[module:op].strip(), r[op:dtypes].strip(), r[verdict:calls].strip()) for r in lines[at + 1:end]]
 
 
 def test_rows_grouped_by_module_worst_first():
     cells = table_cells(wide(report(), verbose=True))
-    # sorted by first module, top level ('') first; encoder.conv's two rows adjacent, the worst first
+    # sorted by first module, the model itself ('') first; encoder.conv's two rows adjacent, the worst first
     assert cells == [
-        ("(top level)", "aten::_foreach_mul_.Scalar", "unknown"),
+        ("(model)", "aten::_foreach_mul_.Scalar", "unknown"),
         ("decoder.up", "aten::upsample_bicubic2d.out", "cpu_fallback"),
         ("encoder.conv (+1)", "aten::add.Tensor", "unsupported_dtype"),
         ("encoder.conv", "aten::convolution", "native"),
@@ -80,18 +81,29 @@ def test_native_rows_only_with_verbose():
 def test_lane_printed_with_reasons():
     lines = wide(report())
     at = lines.index("Lane (predicted): dual-track")
+    # the lane names the deciding rows; their evidence is in "Why, and what to do" above
     assert lines[at + 1:] == [
-        "  - aten::upsample_bicubic2d.out [float32] is cpu_fallback: always-CPU list",
-        "  - aten::add.Tensor [float64×2] is unsupported_dtype: float64 [no MPS dtype]",
+        "  - aten::upsample_bicubic2d.out [float32] is cpu_fallback",
+        "  - aten::add.Tensor [float64×2] is unsupported_dtype",
     ]
+
+
+def test_each_finding_says_why_and_what_to_do():
+    lines = wide(report())
+    at = lines.index("Why, and what to do:")
+    assert lines[at + 1] == "[1] aten::_foreach_mul_.Scalar (float32): unknown (predicted)"
+    upsample = lines.index("[2] aten::upsample_bicubic2d.out (float32): cpu_fallback (predicted)")
+    assert lines[upsample + 1] == "    why: always-CPU list"
+    assert lines[upsample + 2] == "    rule: rule-cpu_fallback · source: test"
+    assert lines[upsample + 3] == "    fix: set the fallback variable"
 
 
 def test_lane_lists_ten_reasons_then_counts_the_rest():
     reasons = tuple(f"aten::op{i} [float32] is unknown: reason {i}" for i in range(13))
     lines = wide(report(lane=Lane("dual-track", reasons)))
     at = lines.index("Lane (predicted): dual-track")
-    assert lines[at + 1] == "  - aten::op0 [float32] is unknown: reason 0"
-    assert lines[at + 10] == "  - aten::op9 [float32] is unknown: reason 9"
+    assert lines[at + 1] == "  - aten::op0 [float32] is unknown"
+    assert lines[at + 10] == "  - aten::op9 [float32] is unknown"
     assert lines[at + 11] == "  … and 3 more rows (see report.json)"  # 13 - 10 = 3
 
 

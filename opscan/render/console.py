@@ -1,8 +1,9 @@
 """Render stage: the human table (the only module that imports rich).
 
 Layout: a header naming what was predicted for, one summary line per verdict (unknown always shown),
-the rows grouped by module (non-native only unless verbose), the lane with its reasons and, with
-`tree=True`, the module tree coloured by each module's worst verdict.
+how the calls were decided, the rows grouped by module (non-native only unless verbose), a numbered
+"why, and what to do" entry per finding (evidence, source, CPU-side op, remedy), with `tree=True`
+the module tree coloured by each module's worst verdict, and the lane with the rows that decided it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rich.tree import Tree
 from opscan.report import Report, Row, signature_text
 from opscan.verdict import Verdict
 
+PHASE_SHORT = {"forward": "fwd", "loss": "loss", "backward": "bwd", "optimizer": "opt"}
 STYLE = {
     Verdict.NATIVE: "green", Verdict.UNKNOWN: "yellow", Verdict.CPU_FALLBACK: "dark_orange",
     Verdict.UNSUPPORTED: "red", Verdict.UNSUPPORTED_DTYPE: "red", Verdict.MISMATCH: "magenta",
@@ -32,11 +34,19 @@ def render_table(report: Report, *, verbose: bool = False, tree: bool = False, w
                       force_terminal=color, highlight=False, soft_wrap=False)
     console.print(_header(report))
     console.print(_summary(report))
-    rows = report.rows if verbose else tuple(r for r in report.rows if r.verdict != Verdict.NATIVE)
+    decided = _decided(report)
+    if decided:
+        console.print(decided)
+    rows = _ordered(report.rows if verbose else tuple(r for r in report.rows if r.verdict != Verdict.NATIVE))
     if rows:
-        console.print(_rows_table(rows))
+        console.print(_rows_table(rows, with_rule=verbose))
     elif report.rows:
         console.print(f"All {len(report.rows)} rows are native (-v lists them).")
+    findings = [(i, r) for i, r in enumerate(rows, 1) if r.verdict != Verdict.NATIVE]
+    if findings:
+        console.print("\nWhy, and what to do:")
+        for number, row in findings:
+            console.print(_finding(number, row), overflow="fold")
     if tree:
         console.print(_module_tree(report))
     console.print(_lane(report))
@@ -68,34 +78,54 @@ def _summary(report: Report) -> str:
     return "Summary: " + " · ".join(parts)
 
 
-def _rows_table(rows: tuple[Row, ...]) -> Table:
+def _decided(report: Report) -> str:
+    by = report.trace.get("decided_by") or {}
+    if not by:
+        return ""
+    return (f"Calls decided by a direct MPS kernel entry {by.get('kernel', 0)} · by another rule "
+            f"{by.get('rule', 0)} · left unknown {by.get('unknown', 0)}")
+
+
+def _ordered(rows) -> tuple[Row, ...]:
+    return tuple(sorted(rows, key=lambda r: (r.modules[0] if r.modules else "", -r.verdict.rank)))
+
+
+def _rows_table(rows: tuple[Row, ...], with_rule: bool) -> Table:
     table = Table(show_lines=False, expand=False, box=None, pad_edge=False, header_style="bold")
-    for column in ("module", "op", "dtypes", "verdict", "calls", "phases", "evidence / remedy"):
-        # a verdict or a count split over two lines is misread; the other columns fold when narrow
-        table.add_column(column, overflow="fold", no_wrap=column in ("verdict", "calls"))
-    for row in sorted(rows, key=lambda r: (r.modules[0] if r.modules else "", -r.verdict.rank)):
+    op_width = min(40, max(len(r.op.display) for r in rows))
+    columns = ("#", "module", "op", "dtypes", "verdict", "calls", "phases") + (("rule",) if with_rule else ())
+    for column in columns:
+        # a verdict or a count split over two lines is misread; op names keep their width up to 40;
+        # the other columns fold when narrow
+        table.add_column(column, overflow="fold", no_wrap=column in ("#", "verdict", "calls", "phases"),
+                         min_width=op_width if column == "op" else None)
+    for number, row in enumerate(rows, 1):
         table.add_row(
-            escape(_modules(row)), row.op.display, escape(signature_text(row.dtypes)),
-            f"[{STYLE[row.verdict]}]{row.verdict.value}[/]", str(row.calls), ",".join(row.phases),
-            escape(_why(row)),
+            str(number), escape(_modules(row)), row.op.display, escape(signature_text(row.dtypes)),
+            f"[{STYLE[row.verdict]}]{row.verdict.value}[/]", str(row.calls),
+            ",".join(PHASE_SHORT.get(p, p) for p in row.phases),
+            *((escape(row.evidence.rule) + (f" (CPU trace: {row.cpu_op.display})" if row.cpu_op else ""),)
+              if with_rule else ()),
         )
     return table
 
 
 def _modules(row: Row) -> str:
     first = row.modules[0] if row.modules else ""
-    first = first or "(top level)"
+    first = first or "(model)"
     return first if len(row.modules) <= 1 else f"{first} (+{len(row.modules) - 1})"
 
 
-def _why(row: Row) -> str:
-    if row.verdict == Verdict.NATIVE:
-        via = f" (CPU trace: {row.cpu_op.display})" if row.cpu_op is not None else ""
-        return f"rule {row.evidence.rule}{via}"
-    text = row.evidence.text
+def _finding(number: int, row: Row) -> str:
+    lines = [f"[{number}] {row.op.display} ({escape(signature_text(row.dtypes))}): "
+             f"[{STYLE[row.verdict]}]{row.verdict.value}[/] ({row.source.value})"]
+    lines.append(f"    why: {escape(row.evidence.text)}")
+    lines.append(f"    rule: {escape(row.evidence.rule)} · source: {escape(row.evidence.source)}")
     if row.cpu_op is not None:
-        text = f"{text} (CPU trace: {row.cpu_op.display})"
-    return f"{text} → {row.remedy}" if row.remedy else text
+        lines.append(f"    CPU trace shows: {row.cpu_op.display}")
+    if row.remedy:
+        lines.append(f"    fix: {escape(row.remedy)}")
+    return "\n".join(lines)
 
 
 def _module_tree(report: Report) -> Tree:
@@ -134,7 +164,7 @@ def _tree_label(name: str, path: str, worst, ops) -> str:
 def _lane(report: Report) -> str:
     lines = [f"Lane ({report.mode}): {report.lane.name}"]
     reasons = report.lane.reasons
-    lines += [f"  - {escape(r)}" for r in reasons[:10]]
+    lines += [f"  - {escape(r.split(': ', 1)[0])}" for r in reasons[:10]]
     if len(reasons) > 10:
         lines.append(f"  … and {len(reasons) - 10} more rows (see report.json)")
     return "\n".join(lines)
