@@ -42,6 +42,7 @@ def scan(options: ScanOptions) -> Report:
     verdicts = [classify_call(call, kb, cache) for call in view]
     rows = tuple(make_row(use, found) for use, found in collect_rows(view, verdicts))
     summary = trace_summary(trace)
+    summary["mps_view_calls"] = len(view)
     summary["decided_by"] = dict(Counter(decided_by(v) for v in verdicts))
     summary["mps_view"] = view_summary(trace, view)
     return Report(

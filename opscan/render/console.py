@@ -61,9 +61,15 @@ def _header(report: Report) -> str:
     return escape(
         f"opscan {report.opscan_version} · {report.model} · {what} · {report.mode} for torch "
         f"{a.get('torch_release')} (installed {a.get('installed_torch')})\n"
-        f"{report.trace.get('calls', 0)} calls, {report.trace.get('bookkeeping_calls', 0)} bookkeeping · "
+        f"{report.trace.get('calls', 0)} calls traced ({report.trace.get('bookkeeping_calls', 0)} bookkeeping"
+        f"{_view_calls(report)}) · "
         f"phases: {_phases(report)} · {fx_line}"
     )
+
+
+def _view_calls(report: Report) -> str:
+    n = report.trace.get("mps_view_calls")
+    return f", {n} as MPS dispatches them" if n is not None else ""
 
 
 def _phases(report: Report) -> str:
