@@ -1,19 +1,22 @@
 """Predict stage: the verdict for one (operator overload, input dtypes) on MPS, from the knowledge base.
 
 Pure: no torch, no I/O; everything comes from an `opscan.knowledge.Knowledge`. `predict` tries the
-rules below in order and the first that applies decides. Each gives a stable rule id
+rules below in order and the first that applies decides (dtype rules: classify_dtypes.py). Each gives a stable rule id
 (`Evidence.rule`), a sentence naming the release (`Evidence.text`), where the fact comes from
 (`Evidence.source`), and a remedy for every verdict but `native`.
 
 | # | rule id | verdict |
 |---|---|---|
 | 1 | `dtype-float64` | `unsupported_dtype`: a float64 or complex128 input |
-| 1 | `dtype-complex` | `unsupported_dtype`: complex64/32 input, aten op not in SUPPORTED_COMPLEX_OPS (by name) |
-| 1 | `dtype-complex-no-list` | `unknown`: complex input, and the wheel has no common_mps.py |
+| 1 | `dtype-release` | `unsupported_dtype`: a dtype the release lacks (bfloat16 before 2.3, ...; facts.yaml) |
+| 1 | `dtype-complex` | `unsupported_dtype`: complex64/32 input, no SUPPORTED_COMPLEX_OPS OpInfo matches the op |
+| 1 | `dtype-complex-no-list` | `unknown`: complex input, and the release has no common_mps.py |
 | 2 | `always-cpu` | `cpu_fallback`: MPSFallback.mm sends it to the CPU whatever the variable says |
 | 3 | `error-stub` | `error`: `_slow_conv2d_forward`'s MPS stub (mixed devices) |
 | 4 | `shape-<id>` | `error`: a kernel check that `args_note` shows will fail (shape_rules.py) |
+| 4b | `dtype-xfail` / `macos-gate` | `unsupported_dtype` / `unknown`: common_mps.py expects the op's OpInfos to fail |
 | 5 | `yaml-mps` / `yaml-mps-delegate` | `native`: an MPS kernel of its own / via its structured delegate |
+| 5 | `mps-outside-yaml` | `native`: an MPS kernel registered by hand (2.0.0's bitwise ops; facts.yaml) |
 | 6 | `python-registration` | `native`: implemented in Python for MPS in that release |
 | 7 | `c10d-no-fallback` / `c10d-out-of-scope` | `error` (2.11+) / `unknown` |
 | 7 | `torchvision-mps` / `torchvision-mps-later` | `native` / `unsupported` (release before the kernel) |
@@ -28,20 +31,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from opscan.classify_dtypes import CHECK_ON_MAC, complex_support, expected_failure, float64, release_limit
+from opscan.classify_dtypes import result as _result
 from opscan.knowledge import Knowledge
 from opscan.knowledge.facts import TorchvisionOp, version_tuple
 from opscan.knowledge.shape_rules import CHECKS
 from opscan.opkey import OpKey
-from opscan.verdict import Classification, Evidence, Verdict
+from opscan.verdict import Classification, Verdict
 
 Callees = tuple[tuple[OpKey, tuple[str, ...]], ...]
 
-CHECK_ON_MAC = "check on a Mac with PYTORCH_MPS_LOG_PROFILE_INFO=68"
 FALLBACK_REMEDY = (
     "set PYTORCH_ENABLE_MPS_FALLBACK=1 before importing torch (the op then runs on the CPU), or replace the op"
 )
-_WIDE = frozenset({"float64", "complex128"})
-_COMPLEX = frozenset({"complex64", "complex32"})
 _FACTS = "mps_facts.md"
 
 
@@ -54,48 +56,12 @@ class _Call:
     kb: Knowledge
     callees: Callees | None
     args_note: dict | None
+    cpu_op: OpKey | None = None  # the op the CPU trace showed, when the MPS view runs another
 
     @property
     def release(self) -> str:
         """The release predicted for."""
         return self.kb.release
-
-
-def _result(
-    verdict: Verdict, rule: str, text: str, source: str, remedy: str | None = None
-) -> Classification:
-    """A Classification with its evidence (since is filled in by a later issue)."""
-    return Classification(verdict, Evidence(rule, text, source), remedy)
-
-
-def _float64(c: _Call) -> Classification | None:
-    """Rule 1: MPS has no float64 or complex128 at all."""
-    wide = sorted(_WIDE.intersection(c.dtypes))
-    if not wide:
-        return None
-    text = (f"{c.op} gets {', '.join(wide)} input; MPS in torch {c.release} supports neither "
-            "('Cannot convert a MPS Tensor to float64 dtype ...')")
-    remedy = "cast to float32 (complex128 to complex64) before moving the tensors to MPS"
-    return _result(Verdict.UNSUPPORTED_DTYPE, "dtype-float64", text, f"{_FACTS} §4.2 [bin]", remedy)
-
-
-def _complex(c: _Call) -> Classification | None:
-    """Rule 1: complex64/complex32 only for ops in common_mps.py's SUPPORTED_COMPLEX_OPS."""
-    if c.op.namespace != "aten" or not _COMPLEX.intersection(c.dtypes):
-        return None
-    lists = c.kb.common_mps
-    if lists is None:
-        text = (f"the installed torch wheel has no common_mps.py, so complex support of {c.op} "
-                f"in torch {c.release} is not known")
-        return _result(Verdict.UNKNOWN, "dtype-complex-no-list", text, f"{_FACTS} §3", CHECK_ON_MAC)
-    if lists.complex_match(c.op.name):
-        return None
-    text = (f"{c.op} has complex input and its name matches no OpInfo in SUPPORTED_COMPLEX_OPS of "
-            f"common_mps.py (torch {c.kb.installed_release} wheel; matched by name only), so PyTorch "
-            f"expects complex64 to fail on MPS (predicted for torch {c.release})")
-    remedy = f"move the complex math to the CPU or rewrite it with real tensors; {CHECK_ON_MAC}"
-    source = f"common_mps.py SUPPORTED_COMPLEX_OPS (torch {c.kb.installed_release} wheel); {_FACTS} §3"
-    return _result(Verdict.UNSUPPORTED_DTYPE, "dtype-complex", text, source, remedy)
 
 
 def _always_cpu(c: _Call) -> Classification | None:
@@ -145,6 +111,15 @@ def _yaml_mps(c: _Call) -> Classification | None:
     text = (f"{c.kb.yaml_source} makes {c.op} a structured op whose delegate {delegate} has an MPS "
             f"kernel (predicted for torch {c.release})")
     return _result(Verdict.NATIVE, "yaml-mps-delegate", text, c.kb.yaml_source)
+
+
+def _outside_yaml(c: _Call) -> Classification | None:
+    """Rule 5: an MPS kernel registered outside the yaml-generated code (facts.yaml)."""
+    fact = c.kb.facts.outside_yaml.get(c.op)
+    if fact is None:
+        return None
+    text = f"torch {c.release} registers an MPS kernel for {c.op} by hand, outside native_functions.yaml"
+    return _result(Verdict.NATIVE, "mps-outside-yaml", text, fact.source)
 
 
 def _python_registration(c: _Call) -> Classification | None:
@@ -237,8 +212,8 @@ def _no_kernel(c: _Call) -> Classification:
 
 
 _RULES: tuple[Callable[[_Call], Classification | None], ...] = (
-    _float64, _complex, _always_cpu, _error_stub, _shape_error, _yaml_mps, _python_registration,
-    _distributed, _other_namespace, _composite, _not_in_yaml,
+    float64, release_limit, complex_support, _always_cpu, _error_stub, _shape_error, expected_failure,
+    _yaml_mps, _outside_yaml, _python_registration, _distributed, _other_namespace, _composite, _not_in_yaml,
 )
 
 
@@ -249,14 +224,16 @@ def predict(
     *,
     callees: Callees | None = None,
     args_note: dict | None = None,
+    cpu_op: OpKey | None = None,
 ) -> Classification:
     """Predict what `op` does on MPS for inputs of `dtypes` ("float32", ...) in `kb.release`.
 
     `callees`: for a composite op, the (OpKey, dtypes) of the ops it calls on MPS; None or () when
     not known (a composite then gets `unknown`, never `native`). `args_note`: sizes some kernel
     checks need, keys documented in opscan.knowledge.shape_rules (build it with `note_from_shapes`).
+    `cpu_op`: the op the CPU trace showed where the MPS view runs another (its OpInfo expectations count).
     """
-    call = _Call(op, tuple(dtypes), kb, tuple(callees) if callees else None, args_note)
+    call = _Call(op, tuple(dtypes), kb, tuple(callees) if callees else None, args_note, cpu_op)
     for rule in _RULES:
         result = rule(call)
         if result is not None:

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from opscan.classify import predict
-from opscan.knowledge import installed_release, load_knowledge
+from opscan.knowledge import default_yaml_path, installed_release, load_knowledge
 from opscan.knowledge.shape_rules import note_from_shapes
 from opscan.opkey import OpKey
 from opscan.verdict import Verdict
@@ -47,7 +47,7 @@ def drop_mps(yaml_text: str, func: str) -> str:
 
 def mutated(kb, tmp_path, func: str, release: str | None = None):
     """Knowledge built from a copy of the yaml without MPS for `func`."""
-    with open(kb.yaml.path, encoding="utf-8") as fh:
+    with open(default_yaml_path(), encoding="utf-8") as fh:
         text = fh.read()
     copy = tmp_path / "native_functions.yaml"
     copy.write_text(drop_mps(text, func), encoding="utf-8")
@@ -181,9 +181,13 @@ def test_every_overload_gets_a_sourced_verdict_with_remedy(kb):
 
 
 @pytest.mark.skipif(INSTALLED != "2.14.1", reason=f"counts are for torch 2.14.1, installed {INSTALLED}")
-def test_every_yaml_mps_kernel_predicts_native(kb):
+def test_every_yaml_mps_kernel_predicts_native():
+    # at macOS 15.0: below it, common_mps.py's MACOS_BEFORE_15_0_XFAILLIST gates linalg_matrix_exp
+    kb = load_knowledge(macos="15.0")
     native = [op for op in kb.yaml.overloads if predict(op, F32, kb).evidence.rule.startswith("yaml-mps")]
     assert len(native) == 912
+    gated = predict(K("aten::linalg_matrix_exp"), F32, load_knowledge(macos="14.0"))
+    assert (gated.verdict, gated.evidence.rule) == (Verdict.UNKNOWN, "macos-gate")
 
 
 def test_classify_never_imports_torch():
@@ -191,3 +195,66 @@ def test_classify_never_imports_torch():
             "from opscan.opkey import OpKey; predict(OpKey.parse('aten::add.Tensor'), ('float32',), "
             "load_knowledge()); assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- dtype expectations: common_mps.py through opinfo_map.txt ------------------------------------
+
+
+def test_an_opinfo_expected_to_fail_marks_its_own_op_only():
+    kb = load_knowledge(release="2.14.1")
+    # common_mps.py 2.14.1: "nn.functional.linear": [int8, int16, int32, int64, uint8]; the map: name -> linear
+    bad = predict(K("aten::linear"), ("int64", "int64"), kb)
+    assert (bad.verdict, bad.evidence.rule) == (Verdict.UNSUPPORTED_DTYPE, "dtype-xfail")
+    assert "'nn.functional.linear' (UNIMPLEMENTED_XFAILLIST)" in bad.evidence.text
+    assert "common_mps.py (torch 2.14.1 wheel)" in bad.evidence.source and "opinfo_map.txt" in bad.evidence.source
+    assert predict(K("aten::linear"), ("float32", "float32"), kb).verdict is Verdict.NATIVE
+    # the CPU trace of F.linear shows addmm, but addmm's own OpInfo passes int64: no false positive
+    assert predict(K("aten::addmm"), ("int64",) * 3, kb).verdict is Verdict.NATIVE
+    # stft fails in float16; its samples dispatch reflection_pad1d, which is not stft's op (map: none)
+    assert kb.opinfo.rows["stft"].method == "none"
+    assert predict(K("aten::reflection_pad1d"), ("float16",), kb).verdict is Verdict.NATIVE
+
+
+def test_every_mapped_opinfo_tested_in_the_dtype_must_expect_the_failure():
+    # 2.8.0: round.decimals carries rounddecimals_0 (bfloat16 expected to fail) and rounddecimals_3 /
+    # rounddecimals_neg_3 (bfloat16 expected to pass): no consensus, no verdict from the lists
+    kb = load_knowledge(release="2.8.0", macos="14.0")
+    assert {"rounddecimals_0", "rounddecimals_3"} <= set(kb.opinfo.by_overload["round.decimals"])
+    assert predict(K("aten::round.decimals"), ("bfloat16",), kb).verdict is Verdict.NATIVE
+
+
+def test_macos_gated_expectations_and_the_cpu_side_op():
+    kb = load_knowledge(release="2.8.0")  # min macOS 13.0; isin's integer entries hold below macOS 14.0
+    old = predict(K("aten::isin.Tensor_Tensor"), ("int64", "int64"), kb)
+    assert old.evidence.rule == "dtype-xfail" and "below macOS 14.0" in old.evidence.text
+    assert old.remedy.startswith("run macOS 14.0 or newer")
+    newer = load_knowledge(release="2.8.0", macos="14.0")
+    assert predict(K("aten::isin.Tensor_Tensor"), ("int64", "int64"), newer).verdict is Verdict.NATIVE
+    # an op the map does not know is judged by the CPU trace's op it stands for
+    via = predict(K("aten::_mps_convolution"), ("int64",), load_knowledge(release="2.14.1"), cpu_op=K("aten::linear"))
+    assert via.evidence.rule == "dtype-xfail" and "(the CPU trace's aten::linear)" in via.evidence.text
+
+
+def test_dtypes_a_release_lacks():
+    bf16 = ("bfloat16", "bfloat16")
+    old = predict(K("aten::add.Tensor"), bf16, load_knowledge(release="2.2.0"))
+    assert (old.verdict, old.evidence.rule) == (Verdict.UNSUPPORTED_DTYPE, "dtype-release")
+    assert predict(K("aten::add.Tensor"), bf16, load_knowledge(release="2.5.0")).evidence.rule == "dtype-release"
+    assert predict(K("aten::add.Tensor"), bf16, load_knowledge(release="2.5.0", macos="14.0")).verdict is Verdict.NATIVE
+    assert predict(K("aten::add.Tensor"), ("complex64",) * 2, load_knowledge(release="2.0.0")).verdict is \
+        Verdict.UNSUPPORTED_DTYPE
+
+
+def test_complex_support_through_the_opinfo_map():
+    kb = load_knowledge(release="2.14.1")
+    assert kb.common_mps.complex_match("normal", kb.macos) is None  # no OpInfo spells it...
+    assert predict(K("aten::normal_"), ("complex64",), kb).verdict is Verdict.NATIVE  # ...'normalin_place' runs it
+    assert predict(K("aten::topk"), ("complex64",), kb).evidence.rule == "dtype-complex"
+
+
+def test_kernels_registered_outside_the_yaml():
+    # mps_facts §2: 2.0.0's bitwise-ops .mm registers four overloads by hand
+    result = predict(K("aten::bitwise_and.Tensor_out"), ("int64", "int64"), load_knowledge(release="2.0.0"))
+    assert (result.verdict, result.evidence.rule) == (Verdict.NATIVE, "mps-outside-yaml")
+    assert predict(K("aten::bitwise_and.Tensor_out"), ("int64",) * 2, load_knowledge(release="2.1.0")).verdict is \
+        Verdict.NATIVE  # from 2.1.0 on the yaml has it

@@ -13,7 +13,7 @@ import functools
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import yaml
@@ -73,6 +73,16 @@ class TorchvisionOp:
     source: str
 
 
+@dataclass(frozen=True)
+class DtypeLimit:
+    """A dtype MPS lacks in a release series: entirely, or below a macOS version."""
+
+    dtype: str
+    min_macos: str | None  # None: not at all in these releases
+    message: str
+    source: str
+
+
 @dataclass(frozen=True, eq=False)
 class ReleaseFacts:
     """The facts of facts.yaml for one release series."""
@@ -85,6 +95,8 @@ class ReleaseFacts:
     min_macos_source: str
     shape_errors: tuple[ShapeError, ...]
     distributed_error: Fact | None  # set when c10d ops cannot fall back in this series
+    outside_yaml: Mapping[OpKey, Fact] = field(default_factory=dict)  # MPS kernels the yaml lacks
+    dtype_limits: tuple[DtypeLimit, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,13 +157,20 @@ def _shape_error(entry: dict) -> tuple:
     return (ShapeError(ops=ops, **text),)
 
 
-def _shape_sections(entries: list[dict]) -> dict[str, tuple]:
+def _dtype_limit(entry: dict) -> tuple:
+    """A dtype_limits entry as a one-element tuple."""
+    _require(entry, ("dtype", "releases", "message", "source"), "dtype_limits")
+    macos = entry.get("macos")
+    return (DtypeLimit(str(entry["dtype"]), str(macos) if macos else None, entry["message"], entry["source"]),)
+
+
+def _shape_sections(entries: list[dict], make=None) -> dict[str, tuple]:
     """series -> every ShapeError that applies to it."""
     table: dict[str, tuple] = {}
     for entry in entries:
         _require(entry, ("releases",), "shape_errors")
         for s in entry["releases"]:
-            table[s] = table.get(s, ()) + _shape_error(entry)
+            table[s] = table.get(s, ()) + (make or _shape_error)(entry)
     return table
 
 
@@ -167,6 +186,8 @@ def parse_facts(raw: dict) -> Facts:
         "min_macos": _per_series(raw["min_macos"], "min_macos", lambda e: (e["macos"], e["source"])),
         "error_stubs": _per_series(raw["error_stubs"], "error_stubs", _op_facts),
         "shape_errors": _shape_sections(raw.get("shape_errors", [])),
+        "outside_yaml": _per_series(raw.get("outside_yaml", []), "outside_yaml", _op_facts),
+        "dtype_limits": _shape_sections(raw.get("dtype_limits", []), _dtype_limit),
     }
     series = tuple(sorted(sections["always_cpu"], key=version_tuple))
     for name in _PER_RELEASE:
@@ -176,7 +197,7 @@ def parse_facts(raw: dict) -> Facts:
     distributed = raw["distributed"]
     _require(distributed, ("namespace", "error_since", "message", "source"), "distributed")
     count = sum(len(raw[k]) for k in ("always_cpu", "python_registrations", "min_macos", "error_stubs"))
-    count += len(raw.get("shape_errors", [])) + 1
+    count += sum(len(raw.get(k, [])) for k in ("shape_errors", "outside_yaml", "dtype_limits")) + 1
     frozen = {k: MappingProxyType(v) for k, v in sections.items()}
     return Facts(series, MappingProxyType(frozen), MappingProxyType(dict(distributed)), count)
 
@@ -196,6 +217,8 @@ def _release_facts(facts: Facts, s: str) -> ReleaseFacts:
         min_macos_source=macos_source,
         shape_errors=sec["shape_errors"].get(s, ()),
         distributed_error=Fact(dist["source"], dist["message"]) if broken else None,
+        outside_yaml=MappingProxyType(dict(sec["outside_yaml"].get(s, ()))),
+        dtype_limits=sec["dtype_limits"].get(s, ()),
     )
 
 

@@ -1,0 +1,148 @@
+"""Predict stage: the same step judged against every release of the knowledge base.
+
+For each report row, `since` is the first covered torch release where every call of the row is
+predicted `native`; the upgrade advice names the smallest release after the predicted-for one where
+every row is native (the newest patch of that release series, which shares its entry). The calls
+are the MPS view traced with the installed torch for the predicted-for release: decompositions and
+the view's rewrites can differ in other releases (the report says so). Releases that share an entry
+and a facts series get the same verdicts, so each such group is judged once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from opscan.knowledge import Knowledge, load_knowledge
+from opscan.knowledge.entry import load_store, release_key
+from opscan.knowledge.facts import series_of
+from opscan.verdict import Classification, Verdict
+
+RowKey = tuple  # (OpKey, dtypes)
+
+
+@dataclass(frozen=True)
+class ReleaseGroup:
+    """Covered releases with one entry and one facts series: first and newest release."""
+
+    first: str
+    newest: str
+    releases: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    """The upgrade advice of one scan."""
+
+    release: str  # predicted for
+    target: str | None  # the release to upgrade to (newest patch of the first all-native series)
+    first: str | None  # the first release of that group
+    checked: tuple[str, ...]  # newer releases looked at
+    blocking: tuple[str, ...]  # rows still not native at the newest release, when no target
+    text: str
+
+    def to_dict(self) -> dict:
+        """JSON form (the report's `upgrade` section)."""
+        return {"release": self.release, "target": self.target, "first_native": self.first,
+                "checked": list(self.checked), "blocking": list(self.blocking), "text": self.text}
+
+
+def release_groups() -> tuple[ReleaseGroup, ...]:
+    """Covered releases grouped by (entry, series), oldest first."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for line in load_store().index:
+        groups.setdefault((line.entry, series_of(line.release)), []).append(line.release)
+    ordered = sorted(groups.values(), key=lambda rs: release_key(rs[0]))
+    return tuple(ReleaseGroup(rs[0], max(rs, key=release_key), tuple(rs)) for rs in ordered)
+
+
+def judge(rows: dict[RowKey, list], classify: Callable[[object, Knowledge], Classification],
+          macos: str | None) -> dict[str, dict[RowKey, bool]]:
+    """For each group's first release: row -> every distinct call native. `rows` holds distinct calls."""
+    out = {}
+    for group in release_groups():
+        kb = load_knowledge(release=group.first, macos=macos)
+        out[group.first] = {key: all(classify(call, kb).verdict == Verdict.NATIVE for call in calls)
+                            for key, calls in rows.items()}
+    return out
+
+
+def since_of(native: dict[str, dict[RowKey, bool]]) -> dict[RowKey, str | None]:
+    """Row -> the first release where it is native (None: never)."""
+    keys = next(iter(native.values()), {}).keys()
+    return {key: next((r for r, rows in native.items() if rows[key]), None) for key in keys}
+
+
+def advise(release: str, native: dict[str, dict[RowKey, bool]], current_native: bool) -> Upgrade:
+    """The smallest covered release after `release` where every row is native."""
+    groups = {g.first: g for g in release_groups()}
+    later = [r for r in native if release_key(groups[r].newest) > release_key(release)]
+    checked = tuple(groups[r].newest for r in later)
+    if current_native:
+        return Upgrade(release, None, None, checked, (), f"every row is native in torch {release}")
+    hit = next((r for r in later if all(native[r].values())), None)
+    if hit is not None:
+        target, first = groups[hit].newest, hit
+        since = "" if target == first else f"; native from {first}"
+        text = f"torch {target} makes every row of this step native (predicted{since})"
+        return Upgrade(release, target, first, checked, (), text)
+    newest = later[-1] if later else None
+    blocking = tuple(f"{op.display} [{','.join(d)}]" for (op, d), ok in (native[newest] if newest else {}).items()
+                     if not ok)
+    text = (f"no covered release after torch {release} makes every row native"
+            + (f" ({len(blocking)} {'row is' if len(blocking) == 1 else 'rows are'} not native in "
+               f"{groups[newest].newest} either)" if newest else ""))
+    return Upgrade(release, None, None, checked, blocking, text)
+
+
+def history(rows: dict[RowKey, Sequence], classify: Callable[[object, Knowledge], Classification],
+            kb: Knowledge, current: dict[RowKey, Verdict]) -> tuple[dict[RowKey, str | None], Upgrade]:
+    """(row -> since, upgrade advice) for a scan predicted with `kb`.
+
+    `rows`: row key -> its distinct calls; `classify(call, kb)` judges one call; `current`: each
+    row's verdict for kb.release. An explicit --macos (kb.macos_source) is kept for every release."""
+    macos = ".".join(map(str, kb.macos)) if kb.macos_source == "--macos" else None
+    native = judge(rows, classify, macos)
+    current_native = all(v == Verdict.NATIVE for v in current.values())
+    return since_of(native), advise(kb.release, native, current_native)
+
+
+def distinct_calls(view, verdicts) -> tuple[dict[RowKey, list], dict[RowKey, Verdict]]:
+    """(row key -> the row's calls that can be judged differently, row key -> its worst verdict).
+
+    Calls that predict.classify_call answered from one cache entry ask one question, so one of them
+    stands for all; the rest are never judged again (cheap on a trace of 10^4 calls)."""
+    questions: dict[int, tuple] = {}
+    for call, found in zip(view, verdicts):
+        questions.setdefault(id(found), (call, found))
+    rows: dict[RowKey, list] = {}
+    worst: dict[RowKey, Verdict] = {}
+    for call, found in questions.values():
+        key = (call.op, call.dtypes)
+        rows.setdefault(key, []).append(call)
+        if key not in worst or found.verdict.rank > worst[key].rank:
+            worst[key] = found.verdict
+    return rows, worst
+
+
+def call_classifier() -> Callable[[object, Knowledge], Classification]:
+    """classify(call, kb) through predict.classify_call, with one cache per knowledge base."""
+    from opscan.predict import classify_call
+
+    caches: dict[int, dict] = {}
+    return lambda call, kb: classify_call(call, kb, caches.setdefault(id(kb), {}))
+
+
+def since_and_upgrade(view, verdicts, kb: Knowledge) -> tuple[dict[RowKey, str | None], Upgrade]:
+    """history() for a scan: `verdicts` are predict.classify_call's answers for the view's calls."""
+    rows, current = distinct_calls(view, verdicts)
+    return history(rows, call_classifier(), kb, current)
+
+
+def with_since(found: Classification, since: str | None, release: str) -> Classification:
+    """`found` with its row's `since`; a row native only in a later release gets that upgrade as remedy."""
+    if since is None or found.verdict == Verdict.NATIVE or release_key(since) <= release_key(release):
+        return replace(found, since=since)
+    newest = next(g.newest for g in release_groups() if g.first == since)
+    upgrade = f"upgrade to torch {newest} (native from {since})"
+    return replace(found, since=since, remedy=f"{upgrade}, or {found.remedy}" if found.remedy else upgrade)
