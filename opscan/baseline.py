@@ -1,0 +1,77 @@
+"""CI gating: which rows fail, against `--fail-on` and optionally a baseline report (read with json only).
+
+With `--baseline report.json` only rows that are new (their OpKey and dtype signature are not in the
+baseline) or worse (a higher verdict rank than there) can fail; without `--fail-on` they fail from
+`unknown` up (every non-native regression). Without a baseline, every row at or above `--fail-on` fails.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from opscan.errors import UsageError
+from opscan.opkey import OpKey
+from opscan.report import Row
+from opscan.verdict import Verdict
+
+RowKey = tuple[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The rows of an earlier report: (OpKey display, input dtypes) -> verdict."""
+
+    path: str
+    verdicts: dict[RowKey, Verdict]
+
+
+def row_key(row: Row) -> RowKey:
+    """How rows are matched across reports: OpKey and dtype signature."""
+    return row.op.display, tuple(row.dtypes)
+
+
+def load_baseline(path: str | Path) -> Baseline:
+    """Read a report.json written by opscan; a missing or malformed file is a usage error (exit 2)."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        verdicts = {(OpKey.from_json(r["op"], r["overload"]).display, tuple(r["dtypes"])): Verdict(r["verdict"])
+                    for r in doc["ops"]}
+    except OSError as exc:
+        raise UsageError(f"cannot read the baseline {str(path)!r}: {exc.strerror or exc} "
+                         "— pass a report.json written by opscan") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"the baseline {str(path)!r} is not an opscan report.json ({type(exc).__name__}: {exc}) "
+                         "— pass the report.json of an earlier scan") from None
+    return Baseline(str(path), verdicts)
+
+
+def regression(row: Row, baseline: Baseline) -> str | None:
+    """'new' or 'worse than <verdict>' when the row regressed against the baseline, else None."""
+    before = baseline.verdicts.get(row_key(row))
+    if before is None:
+        return "new"
+    return f"worse than {before.value}" if row.verdict.rank > before.rank else None
+
+
+def threshold(fail_on: str | None, baseline: Baseline | None) -> int | None:
+    """The rank at which rows fail (None: nothing fails)."""
+    if fail_on is not None:
+        return Verdict(fail_on).rank
+    return Verdict.UNKNOWN.rank if baseline is not None else None
+
+
+def failures(rows: tuple[Row, ...], fail_on: str | None, baseline: Baseline | None) -> dict[int, str]:
+    """Row index -> why it fails ('unsupported ≥ cpu_fallback', 'new', 'worse than native', ...)."""
+    rank = threshold(fail_on, baseline)
+    out: dict[int, str] = {}
+    if rank is None:
+        return out
+    for i, row in enumerate(rows):
+        if row.verdict.rank < rank:
+            continue
+        why = regression(row, baseline) if baseline is not None else f"ranks at or above {fail_on}"
+        if why is not None:
+            out[i] = why
+    return out

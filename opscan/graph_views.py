@@ -1,0 +1,174 @@
+"""Graph stage: views of the step graph — the module-level quotient, each finding's neighbourhood, GraphML.
+
+Pure functions of the graph (and of the transfer accounting); networkx only, no torch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from xml.sax.saxutils import escape, quoteattr
+
+import networkx as nx
+
+from opscan.transfers import Cost, Transfers
+from opscan.verdict import Verdict
+
+GRAPHML_CALLS = "graph.graphml"
+GRAPHML_MODULES = "modules.graphml"
+RANK = {v.value: v.rank for v in Verdict}
+MAX_NEIGHBOURHOODS = 40
+
+
+def module_graph(g: nx.DiGraph, transfers: Transfers | None = None) -> nx.DiGraph:
+    """One node per module ("" is the model itself), one edge per pair of modules a tensor goes between."""
+    costs = transfers.by("module") if transfers else {}
+    m = nx.DiGraph()
+    for _, d in g.nodes(data=True):
+        node = m.nodes[d["module"]] if d["module"] in m else _module_node(m, d["module"], costs)
+        if d["kind"] == "call":
+            node["calls"] += 1
+            if RANK.get(d["verdict"], 0) > RANK[node["worst"]]:
+                node["worst"] = d["verdict"]
+        else:
+            node["sources"] += 1
+    for u, v, d in g.edges(data=True):
+        a, b = g.nodes[u]["module"], g.nodes[v]["module"]
+        if a == b:
+            m.nodes[a]["internal_bytes"] += d["bytes"]
+        elif m.has_edge(a, b):
+            m.edges[a, b]["bytes"] += d["bytes"]
+            m.edges[a, b]["tensors"] += d["tensors"]
+        else:
+            m.add_edge(a, b, bytes=d["bytes"], tensors=d["tensors"])
+    return m
+
+
+def _module_node(m: nx.DiGraph, path: str, costs: dict) -> dict:
+    cost = costs.get(path, Cost())
+    m.add_node(path, label=path or "(model)", calls=0, sources=0, worst="native", internal_bytes=0,
+               d2h_bytes=cost.d2h_bytes, h2d_bytes=cost.h2d_bytes, syncs=cost.syncs)
+    return m.nodes[path]
+
+
+def neighbourhood(g: nx.DiGraph, focus: str, radius: int = 2, limit: int = 24) -> list[str]:
+    """The focus and the nodes nearest to it (tensor edges either way), at most `limit`, nearest first."""
+    seen, order, todo = {focus}, [focus], deque([(focus, 0)])
+    while todo and len(order) < limit:
+        node, dist = todo.popleft()
+        if dist == radius:
+            continue
+        near = sorted((set(g.predecessors(node)) | set(g.successors(node))) - seen, key=lambda n: _pos(g, n))
+        for other in near[: limit - len(order)]:
+            seen.add(other)
+            order.append(other)
+            todo.append((other, dist + 1))
+    return order
+
+
+def _pos(g: nx.DiGraph, node: str) -> int:
+    return g.nodes[node].get("pos", -1)
+
+
+def focus_of(g: nx.DiGraph, row: int, transfers: Transfers | None = None) -> str | None:
+    """The call of a row to show: the one with the most transfer bytes, else its first."""
+    calls = [n for n, d in g.nodes(data=True) if d["kind"] == "call" and d["row"] == row]
+    if not calls:
+        return None
+    cost = {t.node: t.cost.bytes for t in transfers.nodes} if transfers else {}
+    return max(calls, key=lambda n: (cost.get(n, 0), -_pos(g, n)))
+
+
+def node_dict(g: nx.DiGraph, node: str, costs: dict[str, Cost]) -> dict:
+    """One node for the report: call or source, with its transfer cost."""
+    d = g.nodes[node]
+    cost = costs.get(node, Cost())
+    if d["kind"] == "source":
+        base = {"label": f"{d['role']} {d['shape'] or 'scalar'}", "verdict": None, "dtypes": d["dtype"]}
+    else:
+        base = {"label": d["op"], "verdict": d["verdict"], "dtypes": d["dtypes"]}
+    return {"id": node, "kind": d["kind"], **base, "module": d["module"], "phase": d["phase"],
+            "pos": d.get("pos", -1), "d2h_bytes": cost.d2h_bytes, "h2d_bytes": cost.h2d_bytes,
+            "syncs": cost.syncs}
+
+
+def graph_section(g: nx.DiGraph, transfers: Transfers, findings: list[int]) -> dict:
+    """The report's `graph` section: counts of both graphs and the neighbourhood of each finding row."""
+    m = module_graph(g, transfers)
+    costs = {t.node: t.cost for t in transfers.nodes}
+    shown = []
+    for row in findings[:MAX_NEIGHBOURHOODS]:
+        focus = focus_of(g, row, transfers)
+        if focus is None:
+            continue
+        nodes = neighbourhood(g, focus)
+        inside = set(nodes)
+        edges = [{"source": u, "target": v, "bytes": d["bytes"], "kind": d["kind"]}
+                 for u, v, d in g.subgraph(nodes).edges(data=True) if u in inside]
+        shown.append({"row": row, "focus": focus, "nodes": [node_dict(g, n, costs) for n in nodes],
+                      "edges": sorted(edges, key=lambda e: (e["source"], e["target"]))})
+    calls = sum(1 for _, d in g.nodes(data=True) if d["kind"] == "call")
+    return {
+        "nodes": g.number_of_nodes(), "edges": g.number_of_edges(), "calls": calls,
+        "sources": g.number_of_nodes() - calls,
+        "modules": {"nodes": m.number_of_nodes(), "edges": m.number_of_edges()},
+        "files": {"calls": GRAPHML_CALLS, "modules": GRAPHML_MODULES},
+        "neighbourhoods": shown,
+    }
+
+
+def graphml_text(g: nx.DiGraph, transfers: Transfers | None = None) -> str:
+    """GraphML of a graph: its scalar attributes (strings, numbers, booleans), plus each call's copies.
+
+    Written directly (networkx's writer takes seconds for a 7B step); read back by nx.read_graphml.
+    """
+    costs = {t.node: t.cost for t in transfers.nodes} if transfers else None
+    nodes = [(n, _node_attrs(n, d, costs)) for n, d in g.nodes(data=True)]
+    edges = [(u, v, _scalars(d)) for u, v, d in g.edges(data=True)]
+    node_keys, edge_keys = _keys(a for _, a in nodes), _keys(a for _, _, a in edges)
+    out = ['<?xml version="1.0" encoding="utf-8"?>',
+           '<graphml xmlns="http://graphml.graphdrawing.org/xmlns">']
+    out += [f'<key id="n{i}" for="node" attr.name={quoteattr(k)} attr.type="{t}"/>'
+            for i, (k, t) in enumerate(node_keys)]
+    out += [f'<key id="e{i}" for="edge" attr.name={quoteattr(k)} attr.type="{t}"/>'
+            for i, (k, t) in enumerate(edge_keys)]
+    out.append('<graph edgedefault="directed">')
+    node_ids = {k: f"n{i}" for i, (k, _) in enumerate(node_keys)}
+    edge_ids = {k: f"e{i}" for i, (k, _) in enumerate(edge_keys)}
+    out += [f"<node id={quoteattr(str(n))}>{_data(a, node_ids)}</node>" for n, a in nodes]
+    out += [f"<edge source={quoteattr(str(u))} target={quoteattr(str(v))}>{_data(a, edge_ids)}</edge>"
+            for u, v, a in edges]
+    out += ["</graph>", "</graphml>", ""]
+    return "\n".join(out)
+
+
+def _node_attrs(node: str, d: dict, costs: dict | None) -> dict:
+    attrs = _scalars(d)
+    if costs is not None and d.get("kind") == "call":
+        c = costs.get(node, Cost())
+        attrs.update(d2h_bytes=c.d2h_bytes, h2d_bytes=c.h2d_bytes, d2h_syncs=c.d2h_syncs, h2d_syncs=c.h2d_syncs)
+    return attrs
+
+
+def _scalars(data: dict) -> dict:
+    return {k: v for k, v in data.items() if isinstance(v, (str, int, float, bool))}
+
+
+def _keys(all_attrs) -> list[tuple[str, str]]:
+    types: dict[str, str] = {}
+    for attrs in all_attrs:
+        for k, v in attrs.items():
+            types.setdefault(k, _TYPES[type(v)] if type(v) in _TYPES else "string")
+    return list(types.items())
+
+
+_TYPES = {bool: "boolean", int: "long", float: "double", str: "string"}
+
+
+def _data(attrs: dict, ids: dict) -> str:
+    return "".join(f'<data key="{ids[k]}">{_value(v)}</data>' for k, v in attrs.items())
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return escape(str(v))

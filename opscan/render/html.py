@@ -1,0 +1,214 @@
+"""Render stage: the self-contained HTML report (one file: inline CSS, inline SVG, two tiny inline scripts).
+
+Sections: the verdict summary and the lane with its reasons; each finding with its evidence, remedy and
+upgrade advice and a drawing of its neighbourhood in its module context (render/svg.py; never the whole
+graph); host<->device transfers (totals, per phase, the ranking, fallback regions and what moving each to
+the CPU explicitly saves); the module tree coloured by worst verdict; the op table; memory (when the report
+has it); the environment record. Nothing is fetched when the page is viewed.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+
+from opscan.report import Report, Row, signature_text
+from opscan.render.html_assets import ERROR_HOOK, PAGE_SCRIPT, STYLE
+from opscan.render.html_memory import memory_section
+from opscan.render.svg import fmt_bytes, neighbourhood_svg
+from opscan.verdict import Verdict
+
+
+def render_html(report: Report, **_) -> str:
+    """The report as one HTML page."""
+    body = [_header(report), _summary(report), _findings(report), _transfers(report), _tree(report),
+            _ops(report), _memory(report), _environment(report)]
+    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>opscan · {escape(report.model_name)}</title><script>{ERROR_HOOK}</script>"
+            f"<style>{STYLE}</style></head>\n<body data-lane=\"{escape(report.lane.name)}\">\n"
+            + "\n".join(p for p in body if p)
+            + '\n<section><ul id="opscan-errors"></ul></section>'
+            + f"\n<script>{PAGE_SCRIPT}</script></body></html>\n")
+
+
+def _v(verdict: str) -> str:
+    return f'<span class="v v-{escape(verdict)}">{escape(verdict)}</span>'
+
+
+def _header(report: Report) -> str:
+    a = report.assumptions
+    what = "training step" if report.trace.get("step") == "train" else "inference forward"
+    return (f"<header><h1>opscan · {escape(report.model_name)}</h1><div class=\"meta\">{escape(report.model)} · "
+            f"{what} · {escape(report.mode)} for torch {escape(str(a.get('torch_release')))} on macOS "
+            f"{escape(str(a.get('macos')))} (installed {escape(str(a.get('installed_torch')))}) · "
+            f"{report.trace.get('calls', 0)} calls traced, {report.trace.get('mps_view_calls', '?')} as MPS "
+            f"dispatches them</div></header>")
+
+
+def _summary(report: Report) -> str:
+    pills = "".join(f'<span class="pill"><b class="v v-{v}">{v}</b>{c["ops"]} ops · {c["calls"]} calls</span>'
+                    for v, c in report.summary.items() if c["ops"] or v in ("native", "unknown"))
+    reasons = "".join(f"<li>{escape(r)}</li>" for r in report.lane.reasons[:20])
+    more = f"<li>… and {len(report.lane.reasons) - 20} more</li>" if len(report.lane.reasons) > 20 else ""
+    return (f'<section id="summary"><h2>Verdicts</h2><div class="pills">{pills}</div>'
+            f'<h2>Lane</h2><span class="lane lane-{escape(report.lane.name)}">{escape(report.lane.name)}</span>'
+            f"<ul>{reasons}{more}</ul></section>")
+
+
+def _findings(report: Report) -> str:
+    shown = {nb["row"]: nb for nb in (report.graph or {}).get("neighbourhoods", [])}
+    rows = sorted((i for i, r in enumerate(report.rows) if r.verdict != Verdict.NATIVE),
+                  key=lambda i: -report.rows[i].verdict.rank)
+    if not rows:
+        return f'<section id="findings"><h2>Findings</h2><p>All {len(report.rows)} rows are native.</p></section>'
+    order = {path: i for i, (path, _) in enumerate(report.modules)}
+    types = dict(report.modules)
+    cards = [_finding(n, i, report.rows[i], shown.get(i), order, types, report.transfers)
+             for n, i in enumerate(rows, 1)]
+    return '<section id="findings"><h2>Findings</h2>' + "".join(cards) + "</section>"
+
+
+def _finding(number: int, index: int, row: Row, nb, order, types, transfers) -> str:
+    lines = [f"<h3>[{number}] {escape(row.op.display)} <code>{escape(signature_text(row.dtypes))}</code> — "
+             f"{_v(row.verdict.value)} <span class=\"small\">({escape(row.source.value)})</span></h3>",
+             f"<p>{escape(row.evidence.text)}</p>",
+             f'<p class="small">rule {escape(row.evidence.rule)} · source: {escape(row.evidence.source)} · '
+             f"modules: {escape(', '.join(m or '(model)' for m in row.modules[:5]))} · {row.calls} calls</p>"]
+    if row.cpu_op is not None:
+        lines.append(f'<p class="small">CPU trace shows {escape(row.cpu_op.display)}</p>')
+    if row.remedy:
+        lines.append(f"<p><b>Fix:</b> {escape(row.remedy)}</p>")
+    if row.since:
+        lines.append(f"<p><b>Upgrade:</b> native from torch {escape(row.since)}</p>")
+    moved = [r for r in (transfers or {}).get("ranking", []) if r["row"] == index]
+    if moved:
+        b, s = sum(r["bytes"] for r in moved), sum(r["syncs"] for r in moved)
+        lines.append(f"<p><b>Per step:</b> {fmt_bytes(b)} copied between host and device, {s} syncs</p>")
+    if nb is not None:
+        lines.append(f'<div class="graph-box">{neighbourhood_svg(nb, order, types)}</div>')
+    return f'<article class="card finding" id="finding-{index}" data-row="{index}">{"".join(lines)}</article>'
+
+
+def _cost_cells(c: dict) -> str:
+    return (f'<td class="num">{fmt_bytes(c["d2h_bytes"])}</td><td class="num">{c["d2h_syncs"]}</td>'
+            f'<td class="num">{fmt_bytes(c["h2d_bytes"])}</td><td class="num">{c["h2d_syncs"]}</td>')
+
+
+_COST_HEAD = "<th>to host</th><th>syncs</th><th>to device</th><th>syncs</th>"
+
+
+def _transfers(report: Report) -> str:
+    t = report.transfers
+    if not t:
+        return ""
+    kinds = "".join(f"<tr><td>{k}</td><td class=\"num\">{t[k]['calls']}</td>{_cost_cells(t[k])}</tr>"
+                    for k in ("fallback", "explicit", "implicit"))
+    phases = "".join(f"<tr><td>{escape(p)}</td>{_cost_cells(c)}</tr>" for p, c in t["by_phase"].items())
+    return (f'<section id="transfers"><h2>Host ↔ device transfers per step</h2><p class="small">'
+            f"Assumes {escape(t['assumes'])}.</p><table><tr><th>kind</th><th>calls</th>{_COST_HEAD}</tr>{kinds}"
+            f"<tr><th>step</th><th></th>{_cost_cells(t['step'])}</tr></table>{_footprint(t['footprint'])}"
+            f"<h2>Per phase</h2><table><tr><th>phase</th>{_COST_HEAD}</tr>{phases}</table>"
+            f"{_ranking(t['ranking'])}{_regions(t['regions'])}</section>")
+
+
+def _footprint(f: dict) -> str:
+    total = f["parameters_bytes"] + f["activations_bytes"]
+    share = min(100.0, 100.0 * f["fallback_bytes"] / total) if total else 0.0
+    verdict = "more than" if f["fallback_exceeds"] else "less than"
+    return (f'<p>The CPU fallback moves {fmt_bytes(f["fallback_bytes"])} per step, {verdict} the step\'s '
+            f'parameters and activations ({fmt_bytes(total)}).</p><div class="bar" title="{share:.1f}%">'
+            f'<span style="width:{share:.1f}%"></span></div>')
+
+
+def _ranking(ranking: list) -> str:
+    if not ranking:
+        return "<p>Nothing is copied between host and device.</p>"
+    rows = "".join(f'<tr><td>{n}</td><td><a href="#finding-{r["row"]}">{escape(r["op"])}</a></td>'
+                   f'<td>{escape(r["label"])}</td><td>{escape(r["module"] or "(model)")}</td>'
+                   f'<td>{escape(r["phase"])}</td>{_cost_cells(r)}</tr>' for n, r in enumerate(ranking, 1))
+    return (f'<h2>Transfer-heavy calls</h2><table id="ranking"><tr><th>#</th><th>op</th><th>why</th>'
+            f"<th>module</th><th>phase</th>{_COST_HEAD}</tr>{rows}</table>")
+
+
+def _regions(regions: list) -> str:
+    if not regions:
+        return ""
+    items = "".join(
+        f'<div class="card region"><b>{escape(", ".join(r["ops"]))}</b> in '
+        f'{escape(", ".join(m or "(model)" for m in r["modules"]))} ({escape(", ".join(r["phases"]))}): '
+        f'the fallback copies {fmt_bytes(r["per_call"]["bytes"])} with {r["per_call"]["syncs"]} syncs per step. '
+        f"Moving this region to the CPU explicitly (one <code>.cpu()</code> per tensor entering it, one "
+        f"<code>.to(\"mps\")</code> per result leaving it"
+        + (f"; keep {escape(', '.join(r['keep_on_host']))} on the CPU" if r["keep_on_host"] else "")
+        + f') copies {fmt_bytes(r["explicit"]["bytes"])} with {r["explicit"]["syncs"]} syncs: saves '
+        f'{fmt_bytes(r["saved"]["bytes"])} and {r["saved"]["syncs"]} syncs.</div>' for r in regions)
+    return f"<h2>Fallback regions</h2>{items}"
+
+
+def _tree(report: Report) -> str:
+    worst: dict[str, Verdict] = {}
+    for row in report.rows:
+        for prefix in {p for module in row.modules for p in _prefixes(module)}:
+            if prefix not in worst or row.verdict.rank > worst[prefix].rank:
+                worst[prefix] = row.verdict
+    children: dict[str, list[tuple[str, str]]] = {}
+    for path, kind in report.modules:
+        if path:
+            children.setdefault(path.rpartition(".")[0], []).append((path, kind))
+    kind = dict(report.modules).get("", report.model_name)
+    root = escape(report.model_name) + (f" ({escape(kind)})" if kind != report.model_name else "")
+    return (f'<section id="modules"><h2>Module tree (worst verdict)</h2><ul class="tree">'
+            f'{_branch("", root, children, worst)}</ul></section>')
+
+
+def _branch(path: str, label: str, children: dict, worst: dict) -> str:
+    verdict = worst.get(path)
+    colour = f' style="background:var(--{verdict.value})"' if verdict else ""
+    tag = f" {_v(verdict.value)}" if verdict and verdict != Verdict.NATIVE else ""
+    kids = "".join(_branch(p, f"{escape(p.rpartition('.')[2])} ({escape(k)})", children, worst)
+                   for p, k in children.get(path, []))
+    return (f'<li data-module="{escape(path)}"><span class="dot"{colour}></span>{label}{tag}'
+            + (f'<ul class="tree">{kids}</ul>' if kids else "") + "</li>")
+
+
+def _prefixes(module: str):
+    yield ""
+    parts = module.split(".") if module else []
+    for i in range(1, len(parts) + 1):
+        yield ".".join(parts[:i])
+
+
+def _ops(report: Report) -> str:
+    rows = sorted(enumerate(report.rows), key=lambda ir: (-ir[1].verdict.rank, ir[0]))
+    body = "".join(
+        f"<tr><td>{escape(r.op.display)}</td><td><code>{escape(signature_text(r.dtypes))}</code></td>"
+        f"<td>{_v(r.verdict.value)}</td><td class=\"num\">{r.calls}</td><td>{escape(','.join(r.phases))}</td>"
+        f"<td>{escape(', '.join(m or '(model)' for m in r.modules[:3]))}{' …' if len(r.modules) > 3 else ''}</td>"
+        f"<td>{escape(r.evidence.text)}<br><span class=\"small\">{escape(r.evidence.rule)} · "
+        f"{escape(r.evidence.source)}</span></td><td>{escape(r.remedy or '')}</td>"
+        f"<td>{escape(r.since or '')}</td></tr>" for _, r in rows)
+    return (f'<section id="ops"><h2>Operators ({len(report.rows)} rows)</h2>'
+            f'<input id="op-filter" type="search" placeholder="filter rows" aria-label="filter rows">'
+            f"<table><thead><tr><th>op</th><th>dtypes</th><th>verdict</th><th>calls</th><th>phases</th>"
+            f"<th>modules</th><th>evidence</th><th>remedy</th><th>native since</th></tr></thead>"
+            f"<tbody>{body}</tbody></table></section>")
+
+
+def _memory(report: Report) -> str:
+    memory = report.extra.get("memory")
+    if not memory:
+        return ""
+    return memory_section(memory)  # the estimate, the Mac sizing table, the live log (html_memory.py)
+
+
+def _environment(report: Report) -> str:
+    record = {"opscan": report.opscan_version, "knowledge base": report.kb_version, **report.assumptions}
+    return (f'<section id="environment"><h2>Environment</h2>{_kv(record)}<h2>Where it ran</h2>'
+            f"{_kv(report.environment)}</section>")
+
+
+def _kv(data: dict) -> str:
+    rows = "".join(f"<tr><th>{escape(str(k))}</th><td>{escape(v if isinstance(v, str) else json.dumps(v))}</td></tr>"
+                   for k, v in data.items())
+    return f"<table>{rows}</table>"

@@ -1,0 +1,51 @@
+"""Render stage: the report as JUnit XML for CI servers (Jenkins, GitLab, GitHub test reporters).
+
+One <testcase> per row (classname: the module it was first seen in, name: OpKey and dtype signature);
+a row that fails the gate (baseline.failures: at or above --fail-on, or new/worse than --baseline) gets a
+<failure>, every other non-native row passes with its verdict in <system-out>. Validated against the
+Jenkins junit-10.xsd that CI servers read (tests/schemas/junit-10.xsd).
+"""
+
+from __future__ import annotations
+
+from xml.sax.saxutils import quoteattr
+
+from opscan.baseline import failures
+from opscan.report import Report, Row, signature_text
+
+
+def render_junit(report: Report, *, fail_on: str | None = None, baseline=None, **_) -> str:
+    """JUnit XML of the report; failures as the exit code would count them."""
+    failing = failures(report.rows, fail_on, baseline)
+    cases = [_case(row, failing.get(i)) for i, row in enumerate(report.rows)]
+    attrs = (f'name={quoteattr("opscan " + report.model)} tests="{len(cases)}" failures="{len(failing)}" '
+             f'errors="0" time="0"')
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
+            f'<testsuites {attrs}>\n<testsuite {attrs} skipped="0">\n<properties>\n'
+            + "".join(f"<property name={quoteattr(k)} value={quoteattr(str(v))}/>\n" for k, v in _props(report))
+            + "</properties>\n" + "".join(cases) + "</testsuite>\n</testsuites>\n")
+
+
+def _props(report: Report):
+    yield "lane", report.lane.name
+    yield "mode", report.mode
+    for key in ("torch_release", "installed_torch", "macos"):
+        yield key, report.assumptions.get(key)
+    yield "kb_version", report.kb_version
+
+
+def _case(row: Row, why: str | None) -> str:
+    name = quoteattr(f"{row.op.display} [{signature_text(row.dtypes)}]")
+    classname = quoteattr("opscan." + ((row.modules[0] if row.modules else "") or "model"))
+    text = f"{row.verdict.value} ({row.source.value}): {row.evidence.text}" + (
+        f"\nfix: {row.remedy}" if row.remedy else "")
+    if why is not None:
+        message = quoteattr(f"{row.verdict.value}: {why}")
+        body = f"<failure type={quoteattr(row.verdict.value)} message={message}>{_text(text)}</failure>"
+    else:
+        body = f"<system-out>{_text(text)}</system-out>" if row.verdict.rank else ""
+    return f'<testcase classname={classname} name={name} time="0">{body}</testcase>\n'
+
+
+def _text(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
