@@ -1,0 +1,118 @@
+"""Probe stage (worker side): the device a probe runs on — cpu, cuda or mps — behind one small interface.
+
+A backend places tensors, runs the op, synchronizes (so an asynchronous error lands on its own
+probe) and describes the process it runs in. Creating a backend touches no device: `prepare()` does,
+in the child, so a launcher may fork a process that only imported torch (`forkable`).
+
+Tests replace the device with a simulated one: `OPSCAN_PROBE_BACKEND=module[:attr]` names an
+importable object with the same interface (tests/simulated_mps/). Nothing else reads that variable.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import subprocess
+import sys
+
+import torch
+
+from opscan.probe.protocol import PLUGIN_ENV
+
+MPS_ENV_PREFIXES = ("PYTORCH_MPS_", "PYTORCH_ENABLE_MPS_FALLBACK", "PYTORCH_DEBUG_MPS_", "MTL_")
+
+
+class Backend:
+    """A real device: `device` is the torch device string the probe's tensors go to."""
+
+    name = "cpu"
+    device = "cpu"
+    forkable = True  # may run in a child forked from a process that imported torch but touched no device
+
+    def prepare(self) -> None:
+        """Per-process setup, in the child (device initialisation happens here or later)."""
+
+    def call(self, func, args, kwargs):
+        """Run the op."""
+        return func(*args, **kwargs)
+
+    def sync(self) -> None:
+        """Wait for the device to finish (errors of asynchronous work surface here)."""
+
+    def describe(self) -> dict:
+        """The environment record of this process (no pids or times: reports must compare equal)."""
+        return environment_record(self.name, self.device)
+
+
+class CudaBackend(Backend):
+    """CUDA with TF32 off, so float32 matmuls and convolutions are float32."""
+
+    name = device = "cuda"
+
+    def prepare(self) -> None:
+        """Turn TF32 off (declared in the report)."""
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+    def sync(self) -> None:
+        """torch.cuda.synchronize()."""
+        torch.cuda.synchronize()
+
+    def describe(self) -> dict:
+        """Adds the GPU, CUDA version and TF32 setting."""
+        record = super().describe()
+        record.update(cuda=torch.version.cuda, gpu=torch.cuda.get_device_name(0), tf32=False)
+        return record
+
+
+class MpsBackend(Backend):
+    """Apple's MPS. Never forked: the Objective-C runtime and Metal are not fork-safe."""
+
+    name = device = "mps"
+    forkable = False
+
+    def sync(self) -> None:
+        """torch.mps.synchronize()."""
+        torch.mps.synchronize()
+
+
+REAL = {"cpu": Backend, "cuda": CudaBackend, "mps": MpsBackend}
+
+
+def load(device: str):
+    """The backend for `device`, or the test plugin named by OPSCAN_PROBE_BACKEND."""
+    plugin = os.environ.get(PLUGIN_ENV)
+    if plugin:
+        module, _, attr = plugin.partition(":")
+        return getattr(importlib.import_module(module), attr or "BACKEND")
+    return REAL[device]()
+
+
+def environment_record(backend: str, device: str) -> dict:
+    """torch and its git hash, Python, platform, macOS and chip on a Mac, MPS built/available, the
+    fallback variable as this process saw it at start, and every MPS variable in force."""
+    mac = platform.mac_ver()[0] or None
+    return {
+        "backend": backend,
+        "device": device,
+        "torch": str(torch.__version__),
+        "torch_git": getattr(torch.version, "git_version", None),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "macos": mac,
+        "chip": _chip() if mac else None,
+        "mps_built": bool(torch.backends.mps.is_built()),
+        "mps_available": bool(torch.backends.mps.is_available()),
+        "fallback_env": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK", "unset"),
+        "mps_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(MPS_ENV_PREFIXES)},
+    }
+
+
+def _chip() -> str | None:
+    try:
+        out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None

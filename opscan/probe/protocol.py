@@ -1,0 +1,171 @@
+"""Probe stage: the records that cross the process boundary, as versioned JSON (never pickle).
+
+The parent sends a worker one request line per probe (`{"v": 1, "pass": "off", "probe": ProbeCall}`);
+the worker answers with exactly one line, a `PassOutcome`. A worker that dies or hangs gets its
+outcome written by the parent (`crash`, `timeout`). Stdlib only: the worker imports this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+VERSION = 1
+PLUGIN_ENV = "OPSCAN_PROBE_BACKEND"  # tests only: a simulated backend for the worker (backends.load)
+PASSES = ("off", "on")  # PYTORCH_ENABLE_MPS_FALLBACK unset / "1" in the child before `import torch`
+STATUSES = ("ran", "raised", "unbuildable", "crash", "timeout")
+
+
+class ProtocolError(ValueError):
+    """A line that is not a valid message of this protocol version."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor argument: metadata, and recorded values for small integer/bool tensors."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    values: list | None = None  # row-major nested list (tolist()), or None: seeded / built
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        return {"dtype": self.dtype, "shape": list(self.shape), "stride": list(self.stride), "values": self.values}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TensorSpec:
+        """Inverse of to_dict."""
+        return cls(d["dtype"], tuple(d["shape"]), tuple(d["stride"]), d.get("values"))
+
+
+@dataclass(frozen=True)
+class ProbeCall:
+    """One distinct call signature of the step, replayable in a fresh process.
+
+    `spec` is trace/argspec.py's `{"args": [...], "kwargs": {...}}` with tensors as `{"t": i}`
+    references into `tensors` (values moved into the TensorSpec). `id` is a hash of the signature
+    (op, tensor metadata, arguments; values excluded), so a plan is stable across runs.
+    """
+
+    id: str
+    op: str  # display spelling, "aten::add.Tensor"
+    tensors: tuple[TensorSpec, ...]
+    spec: dict
+    seed: int
+    note: str | None = None  # why the shapes stay full, when a cap was asked for and not possible
+    shrink: dict | None = None  # size -> smaller size (shrink.py), applied by the worker when the CPU accepts it
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        shrink = {str(k): v for k, v in self.shrink.items()} if self.shrink else None
+        return {"id": self.id, "op": self.op, "tensors": [t.to_dict() for t in self.tensors],
+                "spec": self.spec, "seed": self.seed, "note": self.note, "shrink": shrink}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ProbeCall:
+        """Inverse of to_dict."""
+        shrink = {int(k): v for k, v in d["shrink"].items()} if d.get("shrink") else None
+        return cls(d["id"], d["op"], tuple(TensorSpec.from_dict(t) for t in d["tensors"]), d["spec"],
+                   int(d["seed"]), d.get("note"), shrink)
+
+
+def signature(op: str, tensors, spec: dict) -> str:
+    """Canonical text of a call signature: op, tensor dtype/shape/stride, arguments (values excluded)."""
+    metas = [[t.dtype, list(t.shape), list(t.stride)] for t in tensors]
+    return json.dumps([op, metas, _without_values(spec)], sort_keys=True, separators=(",", ":"))
+
+
+def probe_id(sig: str) -> str:
+    """A short stable id for a signature."""
+    return hashlib.sha256(sig.encode()).hexdigest()[:16]
+
+
+def _without_values(spec):
+    if isinstance(spec, dict):
+        return {k: _without_values(v) for k, v in spec.items() if not ("t" in spec and k == "v")}
+    if isinstance(spec, list):
+        return [_without_values(v) for v in spec]
+    return spec
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How a pass's outputs compared with the reference (tolerances are declared in compare.py)."""
+
+    how: str  # "elementwise" | "properties" | "mixed" | "none" (nothing to compare)
+    within: bool
+    max_abs: float | None = None
+    max_rel: float | None = None
+    reference: str = "float64"  # "float64" | "same-dtype" | "none"
+    detail: str | None = None  # what was beyond, or which property failed
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> Comparison | None:
+        """Inverse of to_dict (None stays None)."""
+        return None if d is None else cls(**d)
+
+
+@dataclass(frozen=True)
+class PassOutcome:
+    """What one pass (fallback variable off or on) of one probe did: a result, never an exception."""
+
+    probe: str
+    pass_name: str
+    status: str  # one of STATUSES
+    exc_type: str | None = None
+    message: str | None = None
+    warnings: tuple[str, ...] = ()
+    fallback_seen: bool = False
+    comparison: Comparison | None = None
+    signal: str | None = None  # crash: "SIGSEGV"; or "exit code 3"
+    returncode: int | None = None
+    duration: float = 0.0
+    confirmed: str | None = None  # a failure seen in a pooled worker, re-run alone: what the pooled run saw
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON form (one line of the protocol, one line of the journal)."""
+        d = asdict(self)
+        d["v"] = VERSION
+        d["warnings"] = list(self.warnings)
+        d["comparison"] = self.comparison.to_dict() if self.comparison else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PassOutcome:
+        """Validate and rebuild; raises ProtocolError on another version or an unknown status."""
+        if d.get("v") != VERSION:
+            raise ProtocolError(f"protocol version {d.get('v')!r}, expected {VERSION}")
+        if d.get("status") not in STATUSES or d.get("pass_name") not in PASSES:
+            raise ProtocolError(f"bad status/pass in {d!r:.200}")
+        fields = {k: v for k, v in d.items() if k != "v"}
+        fields["warnings"] = tuple(fields.get("warnings") or ())
+        fields["comparison"] = Comparison.from_dict(fields.get("comparison"))
+        return cls(**fields)
+
+    @property
+    def clean(self) -> bool:
+        """Ran and agreed with the reference: nothing that calls for a fresh process."""
+        return self.status == "ran" and (self.comparison is None or self.comparison.within)
+
+
+def dumps(obj: dict) -> str:
+    """One protocol line (no newline inside; NaN written as null by the sender beforehand)."""
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+
+
+def loads(line: str) -> dict:
+    """Parse one protocol line; raises ProtocolError when it is not a JSON object."""
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(f"not JSON: {line[:200]!r}") from exc
+    if not isinstance(value, dict):
+        raise ProtocolError(f"not a JSON object: {line[:200]!r}")
+    return value

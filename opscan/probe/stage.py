@@ -1,0 +1,130 @@
+"""Probe stage: entry point — plan the probes of a traced step, run them, measure each row.
+
+`measure(trace, view, options, model_name, session)` returns the per-row measurements and the
+report's `measurement` section; scan.py hands both to the report. `Session` is the observer the CLI
+passes in: it opens the journal in the report folder (resuming it when asked) and draws the
+progress bar. A device that cannot be used is a `ProbeEnvironmentError` (exit 2), never a row.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from opscan.errors import OpscanError
+from opscan.probe import calls, reconcile, runner
+from opscan.probe.journal import JOURNAL_NAME, Journal
+from opscan.probe.launch import LaunchError
+from opscan.probe.protocol import PLUGIN_ENV
+
+DEFAULT_MAX_ELEMENTS = 1 << 20
+LOG_NAME = "probes.log"
+DEVICES = ("cpu", "cuda", "mps")
+
+
+class ProbeEnvironmentError(OpscanError):
+    """The probe device or its worker processes cannot be used here."""
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """How to measure: device, shape cap (None: full shapes), pool size, per-probe limit, isolation."""
+
+    device: str = "mps"
+    max_elements: int | None = DEFAULT_MAX_ELEMENTS
+    workers: int = max(1, min(4, os.cpu_count() or 1))
+    timeout: float = 60.0
+    isolation: str = "auto"
+    on_pass: str = "when-needed"
+
+
+class Session(runner.Observer):
+    """Journal (in the report folder) and progress bar for one measured run."""
+
+    def __init__(self, folder_for: Callable[[str], Path], resume: bool = False, progress=None):
+        self.folder_for, self.resume, self.progress = folder_for, resume, progress
+        self.journal: Journal | None = None
+        self.name: str | None = None
+        self.log_path: str | None = None  # the workers' stderr (crash tracebacks), next to the journal
+
+    def open(self, plan, model_name: str) -> tuple[dict, dict]:
+        """Open (or resume) the journal; returns the outcomes and environments already recorded."""
+        folder = Path(self.folder_for(model_name))
+        folder.mkdir(parents=True, exist_ok=True)
+        self.journal = Journal(folder / JOURNAL_NAME, plan.fingerprint, plan.device, len(plan.probes), self.resume)
+        self.name = JOURNAL_NAME
+        self.log_path = str(folder / LOG_NAME)
+        return self.journal.done, self.journal.environments
+
+    def pass_started(self, pass_name: str, total: int) -> None:
+        """Start a bar for the pass."""
+        if self.progress:
+            self.progress.begin(pass_name, total)
+
+    def outcome(self, outcome) -> None:
+        """Journal first (it survives a kill), then the bar."""
+        if self.journal:
+            self.journal.outcome(outcome)
+        if self.progress:
+            self.progress.outcome(outcome)
+
+    def environment(self, pass_name: str, record: dict) -> None:
+        """Journal the pass's environment record."""
+        if self.journal:
+            self.journal.environment(pass_name, record)
+
+    def close(self) -> None:
+        """End the bar and close the journal."""
+        if self.progress:
+            self.progress.end()
+        if self.journal:
+            self.journal.close()
+
+
+def measure(trace, view, options: ProbeOptions, model_name: str, session: Session | None = None):
+    """(row key -> RowMeasurement, the `measurement` section) for one traced step."""
+    check_device(options.device)
+    plan = calls.plan(trace, view, options.device, options.max_elements)
+    done, envs = session.open(plan, model_name) if session else ({}, {})
+    run_options = runner.RunnerOptions(device=options.device, workers=options.workers, timeout=options.timeout,
+                                       isolation=options.isolation, on_pass=options.on_pass,
+                                       log_path=session.log_path if session else None)
+    start = time.monotonic()
+    try:
+        result = runner.run_probes(list(plan.probes), run_options, done, session or runner.Observer(), envs)
+    except LaunchError as exc:
+        raise ProbeEnvironmentError(str(exc)) from None
+    finally:
+        if session:
+            session.close()
+    label, stands = _label(options.device, result.environments)
+    run = {"wall_s": round(time.monotonic() - start, 3), "reused_outcomes": result.reused}
+    rows = reconcile.measure_rows(plan, result, label)
+    section = reconcile.section(plan, result, run_options, label, stands, runner.isolation_for(run_options),
+                                session.name if session else None, run)
+    return rows, section
+
+
+def _label(device: str, environments: dict) -> tuple[str, bool]:
+    env = environments.get("off") or environments.get("on") or {}
+    if env.get("simulated"):
+        return env.get("backend", "simulated"), True
+    return device, device == "mps"
+
+
+def check_device(device: str) -> None:
+    """Refuse a device this machine cannot probe on, with the fix."""
+    if device not in DEVICES:
+        raise ProbeEnvironmentError(f"unknown probe device {device!r} — use one of {', '.join(DEVICES)}")
+    if os.environ.get(PLUGIN_ENV):  # a simulated device (tests)
+        return
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ProbeEnvironmentError("--device cuda, but CUDA is not available here — use --device cpu, or --no-probe")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ProbeEnvironmentError("MPS is not available here (measured mode needs a Mac) — pass --device cpu or "
+                                    "cuda to measure this machine instead (it never stands in for MPS), or --no-probe")

@@ -1,0 +1,159 @@
+"""Probe stage (child side): run probes one at a time and answer each with exactly one JSON line.
+
+    python -m opscan.probe.worker --fd N --device cpu|cuda|mps
+
+The parent sets PYTORCH_ENABLE_MPS_FALLBACK in this process's environment before it starts (the
+variable is read once, at `import torch`). The worker sends a hello line (its environment record),
+then for each request line: builds the inputs, runs the op on the device, synchronizes, compares
+with the reference and writes one `PassOutcome` line on its socket. Warn-once is defeated
+(`torch.set_warn_always(True)`, `warnings.simplefilter("always")`), so every fallback warning of
+every probe is seen. Light on purpose: torch, op_probes and opscan.probe's worker-side modules only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import os
+import socket
+import sys
+import time
+import warnings
+
+import torch
+
+from opscan.probe import backends, compare, replay, shrink
+from opscan.probe.protocol import VERSION, Comparison, PassOutcome, ProbeCall, dumps, loads
+from opscan.probe.texts import fallback_ops
+
+MESSAGE_LIMIT = 4000
+
+
+def preload(device: str):
+    """Everything a worker imports, done before any fork: the backend (not yet prepared) and op_probes."""
+    import op_probes  # noqa: F401  (builders register at import; a broken registry fails here, loudly)
+
+    return backends.load(device)
+
+
+def serve(sock: socket.socket, backend) -> None:
+    """Hello, then one outcome line per request line until the parent closes the socket."""
+    os.dup2(2, 1)  # C-level prints land on stderr: the protocol has its own channel
+    sys.stdout = sys.stderr
+    faulthandler.enable()
+    backend.prepare()
+    torch.set_warn_always(True)
+    reader = sock.makefile("rb")
+    _send(sock, {"v": VERSION, "hello": backend.describe()})
+    for raw in reader:
+        request = loads(raw.decode())
+        outcome = run_one(ProbeCall.from_dict(request["probe"]), request["pass"], backend)
+        _send(sock, outcome.to_dict())
+
+
+def _send(sock: socket.socket, message: dict) -> None:
+    sock.sendall(dumps(message).encode() + b"\n")
+
+
+def run_one(call: ProbeCall, pass_name: str, backend) -> PassOutcome:
+    """One pass of one probe, as data: a raised exception is an outcome like any other."""
+    start = time.perf_counter()
+    try:
+        func = replay.resolve(call.op)
+        used, tensors, reference, shapes = _prepare(call, func)
+    except replay.BuildError as exc:
+        return PassOutcome(call.id, pass_name, "unbuildable", "BuildError", str(exc))
+    got, error, caught = _run_on_device(used, func, tensors, backend)
+    seen = fallback_ops(caught)
+    common = dict(warnings=tuple(w[:MESSAGE_LIMIT] for w in caught[:20]), fallback_seen=bool(seen),
+                  extra={"fallback_ops": seen, "shapes": shapes})
+    if isinstance(error, replay.BuildError):  # an argument that cannot be decoded here
+        return PassOutcome(call.id, pass_name, "unbuildable", "BuildError", str(error))
+    if error is not None:
+        return PassOutcome(call.id, pass_name, "raised", type(error).__name__, _message(error),
+                           duration=time.perf_counter() - start, **common)
+    comparison = _compare(used, func, got, reference)
+    return PassOutcome(call.id, pass_name, "ran", comparison=comparison, duration=time.perf_counter() - start,
+                       **common)
+
+
+def _prepare(call: ProbeCall, func):
+    """(the call to run, its CPU tensors, the reference or why there is none, which shapes).
+
+    The reference runs first, on the CPU: a capped call whose reference fails is not trusted (its
+    shapes may disagree in a way meta kernels accept) and the probe falls back to its full shapes."""
+    if call.shrink:
+        capped = shrink.apply(call)
+        try:
+            tensors = replay.build(capped, func)
+        except replay.BuildError:
+            tensors = None
+        reference = _reference(capped, func, tensors) if tensors is not None else None
+        if isinstance(reference, tuple):
+            return capped, tensors, reference, "capped"
+        why = reference or "its inputs could not be built"
+        full_note = f"full: the capped call failed on the CPU ({why[:200]})"
+    else:
+        full_note = "full"
+    tensors = replay.build(call, func)
+    return call, tensors, _reference(call, func, tensors), full_note
+
+
+def _reference(call, func, tensors):
+    """(outputs, "float64" | "same-dtype") from the CPU, or the reason there is none (a string)."""
+    why = ""
+    for wide, label in ((True, "float64"), (False, "same-dtype")):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                args, kwargs = replay.materialize(call, tensors, "cpu", wide=wide)
+                return replay.collect(func, func(*args, **kwargs), args, kwargs), label
+        except Exception as exc:  # noqa: BLE001 - this reference cannot run: try the next one
+            why = f"{type(exc).__name__}: {_message(exc)[:300]}"
+    return why
+
+
+def _run_on_device(call, func, tensors, backend):
+    """(outputs on the CPU, the exception or None, warning texts)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.set_warn_always(True)
+        try:
+            args, kwargs = replay.materialize(call, tensors, backend.device, wide=False)
+            out = backend.call(func, args, kwargs)
+            backend.sync()
+            got = [_host(v) for v in replay.collect(func, out, args, kwargs)]
+            backend.sync()
+            error = None
+        except Exception as exc:  # noqa: BLE001 - the op's failure is the measurement
+            got, error = None, exc
+    return got, error, [str(w.message) for w in caught]
+
+
+def _host(value):
+    return value.detach().to("cpu") if isinstance(value, torch.Tensor) else value
+
+
+def _compare(call, func, got, reference):
+    if isinstance(reference, str):
+        return Comparison("none", True, reference="none", detail=f"no CPU reference: {reference}")
+    outputs, label = reference
+    return compare.compare(func, got, outputs, [t.dtype for t in call.tensors], label)
+
+
+def _message(exc: BaseException) -> str:
+    return str(exc)[:MESSAGE_LIMIT]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of a freshly spawned worker (a new interpreter: nothing was forked)."""
+    parser = argparse.ArgumentParser(prog="opscan-probe-worker")
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--device", required=True)
+    ns = parser.parse_args(argv)
+    backend = preload(ns.device)
+    serve(socket.socket(fileno=ns.fd), backend)
+
+
+if __name__ == "__main__":
+    main()

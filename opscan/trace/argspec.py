@@ -1,0 +1,140 @@
+"""Trace stage: a replayable, JSON-safe description of one call's arguments (for measured mode).
+
+`encode(args, kwargs)` walks the positional and keyword arguments of a dispatched call and returns
+`{"args": [...], "kwargs": {...}}` where every value is plain JSON:
+
+| argument                         | encoded as                                               |
+|----------------------------------|----------------------------------------------------------|
+| tensor                           | `{"t": i}`: the i-th tensor of the call, in the order of `OpCall.inputs`; integer and bool tensors of at most `VALUE_CAP` elements also carry `"v"`, their values (row-major, as `tolist()`) |
+| None, bool, int, str, finite float | itself                                                 |
+| inf / nan, complex               | `{"float": "inf"}`, `{"complex": [re, im]}`              |
+| dtype, device, layout, memory_format | `{"dtype": "float32"}`, `{"device": "cpu"}`, `{"layout": "strided"}`, `{"memory_format": "contiguous_format"}` |
+| Generator                        | `{"generator": "cpu"}` (replayed as a fresh seeded generator) |
+| list / tuple (TensorList, int[], optional tensors) | a JSON list of the above             |
+| anything else (SymInt without a value, a ProcessGroup, ...) | `{"unsupported": "TypeName"}`: the call cannot be replayed |
+
+Pure: it reads the arguments and changes nothing. Values are never recorded for fake or meta
+tensors (they have none): probe-input builders in op_probes/ make valid ones instead.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+VALUE_CAP = 1 << 16  # integer/bool tensors with more elements keep no values
+VERSION = 1
+
+_INT_LIKE = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def encode(args, kwargs, value_cap: int = VALUE_CAP) -> dict:
+    """The replayable form of one call's arguments (see the module docstring)."""
+    counter = [0]
+    return {
+        "args": [_encode(a, counter, value_cap) for a in args],
+        "kwargs": {k: _encode(v, counter, value_cap) for k, v in kwargs.items()},
+    }
+
+
+def tensor_count(spec: dict) -> int:
+    """How many tensor references a spec holds (equals len(OpCall.inputs) when it is consistent)."""
+    return sum(1 for _ in iter_tensors(spec))
+
+
+def iter_tensors(spec):
+    """Every `{"t": i}` reference in a spec, in order."""
+    if isinstance(spec, dict):
+        if "t" in spec:
+            yield spec
+            return
+        for value in spec.values():
+            yield from iter_tensors(value)
+    elif isinstance(spec, list):
+        for value in spec:
+            yield from iter_tensors(value)
+
+
+def unsupported(spec) -> list[str]:
+    """Names of the argument types a spec could not encode (empty when it is replayable)."""
+    if isinstance(spec, dict):
+        if "unsupported" in spec:
+            return [spec["unsupported"]]
+        return [u for value in spec.values() for u in unsupported(value)]
+    if isinstance(spec, list):
+        return [u for value in spec for u in unsupported(value)]
+    return []
+
+
+def _encode(value, counter: list[int], cap: int):
+    if isinstance(value, torch.Tensor):
+        return _tensor(value, counter, cap)
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if isinstance(value, complex):
+        return {"complex": [value.real, value.imag]}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v, counter, cap) for v in value]
+    return _special(value)
+
+
+def _tensor(t: torch.Tensor, counter: list[int], cap: int) -> dict:
+    out = {"t": counter[0]}
+    counter[0] += 1
+    values = _values(t, cap)
+    if values is not None:
+        out["v"] = values
+    return out
+
+
+def _values(t: torch.Tensor, cap: int):
+    if t.dtype not in _INT_LIKE or t.numel() > cap or t.device.type == "meta":
+        return None
+    if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided or _fake_mode_active():
+        return None  # fake tensors, other subclasses, a real constant under fake mode: no values to read
+    try:
+        values = t.detach().tolist()
+    except Exception:  # noqa: BLE001 - a tensor that cannot give its data: builders make values
+        return None
+    return values if _plain(values) else None
+
+
+def _plain(values) -> bool:
+    if isinstance(values, list):
+        return all(_plain(v) for v in values)
+    return type(values) in (int, bool)
+
+
+def _fake_mode_active() -> bool:
+    """True while a FakeTensorMode is on the dispatch stack: reading data would make unbacked symbols."""
+    key = getattr(getattr(torch._C, "_TorchDispatchModeKey", None), "FAKE", None)
+    return key is not None and torch._C._get_dispatch_mode(key) is not None
+
+
+def _special(value):
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.device):
+        return {"device": str(value)}
+    if isinstance(value, torch.layout):
+        return {"layout": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.memory_format):
+        return {"memory_format": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.Generator):
+        return {"generator": str(value.device)}
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return _symbolic(value)
+    return {"unsupported": type(value).__name__}
+
+
+def _symbolic(value):
+    try:
+        hint = value.node.hint if value.node.has_hint() else None
+    except Exception:  # noqa: BLE001 - no concrete value behind this symbol
+        hint = None
+    if hint is None:
+        return {"unsupported": type(value).__name__}
+    return _encode(hint, [0], 0)
