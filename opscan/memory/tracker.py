@@ -1,0 +1,220 @@
+"""Memory stage (runs inside the trace): when each storage of the step is allocated and freed.
+
+`StorageTracker` is a TorchDispatchMode, entered below opscan's recorder, that sees every dispatched
+call. A storage is allocated when it first appears (as a call's result, or as an argument no call
+made: a constant), and freed when its weakref callback fires: the storage object itself is gone, not
+merely its last use, so what Python keeps alive (saved tensors, retained graphs, a list of losses)
+stays counted, as PyTorch's own `torch.distributed._tools.mem_tracker.MemTracker` does it. That
+tracker works on CPU and under FakeTensorMode too; opscan keeps its own because it needs the order
+of the events (per phase and call, and the steady state of later steps), not running totals, and it
+must not fail on a step that calls the model twice (MemTracker raises for a second root forward).
+
+Roles: parameters and buffers, and the inputs, are registered before the step; the tensors in
+`p.grad` when an optimizer steps (or at the end) are gradients; the tensors in `optimizer.state` after
+it stepped are optimizer state. Everything else is an activation or a temporary, by the phase of the
+call that made it (estimate.py). Works on real, fake and meta tensors and on any device.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Callable, Iterable
+
+import torch
+from torch.optim import optimizer as optim_hooks
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from opscan.memory.records import Block, Timeline
+from opscan.opkey import OpKey
+from opscan.trace.guard import call_through
+from opscan.trace.tensors import tensors_in
+
+_KEEP = ("parameters", "inputs")  # roles a later mark does not override
+
+
+class StorageTracker(TorchDispatchMode):
+    """Records the step's storages; `clock()` names the call running now (default: a dispatch counter).
+
+    `ignore_device`: storages on that device are not counted (the recorder's meta re-runs of
+    composites, in a CPU or fake trace)."""
+
+    def __init__(self, clock: Callable[[], int] | None = None, ignore_device: str | None = "meta",
+                 describe: bool = False):
+        super().__init__()
+        self.calls = 0
+        self.live = 0  # bytes alive now
+        self.peak = 0  # most bytes alive since the last reset_peak()
+        self.describe = describe  # keep each block's op, shape and dtype (the live log names suspects)
+        self.details: dict[int, tuple[str, tuple[int, ...]]] = {}
+        self._func = None
+        self.clock = clock or (lambda: self.calls - 1)
+        self.ignore_device = ignore_device
+        self.unsized = 0
+        self._blocks: list[list] = []  # [nbytes, dtype, device, clock]
+        self._events: list[int] = []
+        self._roles: dict[int, str] = {}
+        self._current: dict[int, int] = {}  # storage address -> block index
+        self._refs: dict[int, weakref.ref] = {}
+        self._params: list[torch.Tensor] = []
+        self._handles: list = []
+        self._closed = False
+
+    def register(self, tensors: Iterable[torch.Tensor], role: str) -> None:
+        """Count tensors that exist before the step (parameters, buffers, inputs) under `role`."""
+        for t in tensors:
+            if role == "parameters":
+                self._params.append(t)
+            self.mark(t, role)
+
+    def mark(self, t: torch.Tensor, role: str) -> None:
+        """Give the block of `t`'s storage a role (gradients, optimizer_state, ...)."""
+        index = self._see(t, False)
+        if index is not None and self._roles.get(index) not in _KEEP:
+            self._roles[index] = role
+
+    def __enter__(self) -> StorageTracker:
+        self._handles = [optim_hooks.register_optimizer_step_pre_hook(self._before_step),
+                         optim_hooks.register_optimizer_step_post_hook(self._after_step)]
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for handle in self._handles:
+            handle.remove()
+        self._mark_grads(self._params)
+        self._closed = True
+        self._refs.clear()  # callbacks of storages that outlive the step never fire
+        return super().__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.calls += 1
+        self._func = func
+        for t in tensors_in(args, kwargs):
+            self._see(t, False)
+        out = call_through(func, *args, **kwargs)
+        grows = _may_resize(func)
+        for t in tensors_in(out):
+            self._see(t, grows)
+        return out
+
+    def timeline(self, batch: int | None = None) -> Timeline:
+        """The immutable record of what was seen so far."""
+        blocks = tuple(Block(n, d, dev, c, self._roles.get(i, "")) for i, (n, d, dev, c) in enumerate(self._blocks))
+        return Timeline(blocks=blocks, events=tuple(self._events), unsized=self.unsized, batch=batch)
+
+    def transient(self, nbytes: int, dtype: str) -> None:
+        """Count `nbytes` allocated and freed at once (work a sizing run stands in for, batch.py)."""
+        index = len(self._blocks)
+        self._blocks.append([nbytes, dtype, "", self.clock()])
+        self._events.extend((index + 1, -(index + 1)))
+        self.peak = max(self.peak, self.live + nbytes)
+
+    def reset_peak(self) -> None:
+        """Start a new peak from the bytes alive now."""
+        self.peak = self.live
+
+    def live_blocks(self) -> dict[int, int]:
+        """Block index -> bytes for the storages alive now."""
+        return {i: self._blocks[i][0] for i in self._current.values()}
+
+    def _before_step(self, optimizer, args, kwargs) -> None:
+        self._mark_grads(p for group in optimizer.param_groups for p in group["params"])
+
+    def _after_step(self, optimizer, args, kwargs) -> None:
+        for state in optimizer.state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    self.mark(value, "optimizer_state")
+
+    def _mark_grads(self, params) -> None:
+        for p in params:
+            if isinstance(p, torch.Tensor) and p.grad is not None:
+                self.mark(p.grad, "gradients")
+
+    def _see(self, t: torch.Tensor, grows: bool) -> int | None:
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError, TypeError):
+            return None
+        key = storage._cdata
+        index = self._current.get(key)
+        if index is not None and not grows:
+            return index
+        device = t.device.type
+        if device == self.ignore_device or self._closed:
+            return None
+        nbytes = self._nbytes(storage)
+        if index is not None:
+            if nbytes <= self._blocks[index][0]:
+                return index
+            self._events.append(-(index + 1))  # resized: the old block goes, a bigger one comes
+            self.live -= self._blocks[index][0]
+            self._refs.pop(index, None)
+        if self.describe:
+            self.details[len(self._blocks)] = (_op_name(self._func), tuple(t.shape))
+        return self._allocate(key, storage, nbytes, _dtype_name(t.dtype), device)
+
+    def _allocate(self, key: int, storage, nbytes: int, dtype: str, device: str) -> int:
+        index = len(self._blocks)
+        self._blocks.append([nbytes, dtype, device, self.clock()])
+        self._events.append(index + 1)
+        self._current[key] = index
+        self._refs[index] = weakref.ref(storage, functools.partial(self._freed, key, index))
+        self.live += nbytes
+        self.peak = max(self.peak, self.live)
+        return index
+
+    def _freed(self, key: int, index: int, _ref) -> None:
+        if self._closed:
+            return
+        self._events.append(-(index + 1))
+        if self._current.get(key) == index:
+            del self._current[key]
+            self.live -= self._blocks[index][0]
+        self._refs.pop(index, None)
+
+    def _nbytes(self, storage) -> int:
+        n = storage.nbytes()
+        if type(n) is int:
+            return n
+        hint = n.node.maybe_as_int() if isinstance(n, torch.SymInt) else None
+        if hint is None and isinstance(n, torch.SymInt) and n.node.has_hint():
+            hint = n.node.hint  # a backed symbolic size (dynamic shapes): its value in this run
+        if hint is None:
+            self.unsized += 1
+            return 0
+        return int(hint)
+
+
+@functools.lru_cache(maxsize=None)
+def _may_resize(func) -> bool:
+    """Ops that write into an argument (out= variants, resize_) can grow its storage."""
+    schema = getattr(func, "_schema", None)
+    return bool(schema is not None and schema.is_mutable)
+
+
+@functools.lru_cache(maxsize=None)
+def _op_name(func) -> str:
+    """'aten::mean' (the OpKey display), '(before the step)' for registered tensors."""
+    if func is None:
+        return "(before the step)"
+    try:
+        return OpKey.of(func).display
+    except Exception:  # noqa: BLE001 - a callable that is not an OpOverload
+        return str(func)
+
+
+@functools.lru_cache(maxsize=None)
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def track_step(model: torch.nn.Module, inputs, clock: Callable[[], int] | None = None,
+               ignore_device: str | None = "meta", describe: bool = False) -> StorageTracker:
+    """A tracker with the model's parameters and buffers and the input tensors registered."""
+    tracker = StorageTracker(clock, ignore_device, describe)
+    tracker.register(model.parameters(), "parameters")
+    tracker.register(model.buffers(), "parameters")
+    tracker.register(tensors_in(inputs), "inputs")
+    return tracker
