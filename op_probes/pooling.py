@@ -14,7 +14,8 @@ def max_pool_indices(ctx) -> None:
     i = ctx.index("indices")
     if i is None or i not in ctx.missing:
         return
-    forward = (torch.ops.aten.max_pool3d_with_indices if "3d" in ctx.call.op else torch.ops.aten.max_pool2d_with_indices)
+    aten = torch.ops.aten
+    forward = aten.max_pool3d_with_indices if "3d" in ctx.call.op else aten.max_pool2d_with_indices
     source = ctx.tensors[ctx.index("self")].float()
     args = [ctx.arg(n) for n in ("kernel_size", "stride", "padding", "dilation", "ceil_mode")]
     ctx.fill(i, forward.default(source, *args)[1])

@@ -14,16 +14,19 @@ import traceback
 from pathlib import Path
 
 from opscan import __version__
-from opscan.errors import ExitCode, OpscanError, OutputError
+from opscan.errors import ExitCode, OpscanError, OutputError, UsageError
 
 log = logging.getLogger("opscan")
 VERDICT_NAMES = ("native", "unknown", "cpu_fallback", "unsupported", "unsupported_dtype", "mismatch",
                  "error", "crash", "timeout")
-FORMAT_NAMES = ("table", "json", "yaml")
+FORMAT_NAMES = ("table", "json", "yaml", "html", "junit")
 
 EPILOG = """\
 exit codes: 0 nothing at or above --fail-on (default: findings never fail) · 1 findings at or above
 --fail-on · 2 usage, target or environment error · 3 internal error (a bug in opscan: please report it)
+
+`opscan coverage [--torch-version X] [--diff A B] ...` prints the MPS knowledge base of a torch release
+(every overload's status, kernel, first native release); `opscan coverage --help` for its flags.
 
 TARGET: path/to/model.py:build_model or package.module:factory (e.g. torchvision.models:resnet18).
 The factory returns an nn.Module or (model, example_inputs); the file may define example_inputs(),
@@ -51,8 +54,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where report.json and report.yaml go (env OPSCAN_OUTPUT_DIR; default reports/<model>/)")
     p.add_argument("--fail-on", choices=VERDICT_NAMES, default=os.environ.get("OPSCAN_FAIL_ON"),
                    help="exit 1 when a row's verdict ranks at or above this one (env OPSCAN_FAIL_ON)")
+    p.add_argument("--baseline", default=os.environ.get("OPSCAN_BASELINE"), metavar="REPORT.JSON",
+                   help="fail only on rows new or worse than in this earlier report.json, from --fail-on "
+                        "(default unknown) up (env OPSCAN_BASELINE)")
     p.add_argument("--tree", action="store_true", help="show the module tree with each module's worst verdict")
     p.add_argument("--no-fx", action="store_true", help="do not try torch.fx.symbolic_trace")
+    fake = p.add_mutually_exclusive_group()
+    fake.add_argument("--fake", action="store_true",
+                      help="build the model and inputs with fake tensors (no memory allocated); chosen by "
+                           "itself when weights, grads and AdamW state would take over half the available RAM")
+    fake.add_argument("--no-fake", action="store_true", help="always use real tensors (no meta-device pre-pass)")
+    p.add_argument("--torch-version", default=os.environ.get("OPSCAN_TORCH_VERSION"), metavar="X",
+                   help="predict for this torch release (2.0.0 … 2.14.1; default: the installed one); the step "
+                        "is still traced with the installed torch (env OPSCAN_TORCH_VERSION)")
+    p.add_argument("--macos", default=os.environ.get("OPSCAN_MACOS"), metavar="V",
+                   help="assume this macOS version for macOS-gated facts (default: the release's minimum; "
+                        "env OPSCAN_MACOS)")
+    _probe_flags(p)
+    _memory_flags(p)
     p.add_argument("-v", "--verbose", action="count", default=0,
                    help="list native rows too; on errors show the user's traceback")
     p.add_argument("-q", "--quiet", action="count", default=0, help="less on stderr")
@@ -60,8 +79,44 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _probe_flags(p: argparse.ArgumentParser) -> None:
+    """Measured mode: --probe/--no-probe, --device, shape cap, resume, limits."""
+    probe = p.add_mutually_exclusive_group()
+    probe.add_argument("--probe", dest="probe", action="store_true", default=None,
+                       help="measure every distinct call in isolated processes, fallback variable off and on "
+                            "(default: on when MPS is available, or when --device is given)")
+    probe.add_argument("--no-probe", dest="probe", action="store_false", help="predict only, never probe")
+    p.add_argument("--device", choices=("cpu", "cuda", "mps"), default=os.environ.get("OPSCAN_DEVICE"),
+                   help="where probes run (default mps); cpu and cuda measure that device and never stand in "
+                        "for MPS; with --memory, where the live log runs (default cpu) (env OPSCAN_DEVICE)")
+    p.add_argument("--max-elements", type=int, metavar="N", default=int(os.environ.get("OPSCAN_MAX_ELEMENTS", 1 << 20)),
+                   help="cap each probe tensor at N elements, shrinking sizes consistently (default 1048576; "
+                        "env OPSCAN_MAX_ELEMENTS)")
+    p.add_argument("--full-shapes", action="store_true", help="probe with the step's own shapes (no cap)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue a killed measured run from <report folder>/probes.jsonl without redoing probes")
+    p.add_argument("--probe-timeout", type=float, default=60.0, metavar="S", help="limit per probe pass (60 s)")
+    p.add_argument("--workers", type=int, metavar="N", help="probe processes per pass (default min(4, cores))")
+
+
+def _memory_flags(p: argparse.ArgumentParser) -> None:
+    """Memory: the estimate and Mac sizing (on by default), and the live log of real iterations."""
+    memory = p.add_mutually_exclusive_group()
+    memory.add_argument("--memory", action="store_true",
+                        help="also run a few real iterations on --device (default cpu) and log its memory per "
+                             "phase and iteration, flagging growth (probes then run only with --probe)")
+    memory.add_argument("--no-memory", action="store_true", help="skip the memory estimate and Mac sizing")
+    p.add_argument("--iterations", type=int, default=int(os.environ.get("OPSCAN_ITERATIONS", 5)), metavar="N",
+                   help="iterations of the --memory live log, 3 or more (default 5; env OPSCAN_ITERATIONS)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (only __main__ calls sys.exit)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["coverage"]:
+        from opscan.coverage_cli import main as coverage_main
+
+        return coverage_main(argv[1:])
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -91,6 +146,11 @@ def _run(args: argparse.Namespace) -> int:
     for text in args.input:
         parse_input(text)  # reject malformed --input before any slow import
     factory_args = dict(parse_arg(a) for a in args.arg)
+    if args.torch_version or args.macos:
+        from opscan.knowledge import load_knowledge
+
+        load_knowledge(release=args.torch_version, macos=args.macos)  # an unknown release fails before tracing
+    baseline = _baseline(args.baseline)
     if args.output_dir:
         _check_writable(Path(args.output_dir))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -99,20 +159,73 @@ def _run(args: argparse.Namespace) -> int:
     out_dir = Path(args.output_dir or Path("reports") / _safe(report.model_name))
     _check_writable(out_dir)
     _write_reports(report, out_dir)
-    _emit(_render(report, args))
-    return _exit_code(report, args.fail_on)
+    _emit(_render(report, args, baseline))
+    return _exit_code(report, args.fail_on, baseline)
+
+
+def _baseline(path: str | None):
+    if not path:
+        return None
+    from opscan.baseline import load_baseline
+
+    return load_baseline(path)
 
 
 def _scan(args, factory_args):
     from opscan.scan import ScanOptions, scan
 
+    probe, session = _probe(args)
     return scan(ScanOptions(args.target, tuple(args.input), factory_args, inference=args.inference,
-                            dtype=args.dtype, fx=not args.no_fx))
+                            dtype=args.dtype, fx=not args.no_fx, fake=args.fake, auto_fake=not args.no_fake,
+                            torch_version=args.torch_version, macos=args.macos, probe=probe,
+                            memory=not args.no_memory, live=_live(args)), session)
 
 
-def _render(report, args) -> str:
+def _live(args):
+    """LiveOptions for --memory (None without it)."""
+    if not args.memory:
+        return None
+    if args.iterations < 3:
+        raise UsageError(f"--iterations {args.iterations}: the live log needs 3 or more iterations to judge "
+                         "growth (iteration 1 allocates the optimizer state) — pass --iterations 3 or more")
+    from opscan.memory.live import LiveOptions
+
+    return LiveOptions(device=args.device or "cpu", iterations=args.iterations, dtype=args.dtype,
+                       inference=args.inference)
+
+
+def _probe(args):
+    """(ProbeOptions or None, the journal/progress session) from the measured-mode flags."""
+    probing = args.probe
+    if probing is None and args.memory:
+        probing = False  # --device names where the live memory log runs
+    if probing is None:
+        probing = bool(args.device) or args.resume or _mps_available()
+    if not probing:
+        return None, None
+    from opscan.probe.progress import Progress
+    from opscan.probe.stage import ProbeOptions, Session, check_device
+
+    check_device(args.device or "mps")  # before the trace: a device we cannot use is exit 2 at once
+    fields = {"workers": args.workers} if args.workers else {}
+    options = ProbeOptions(device=args.device or "mps", max_elements=None if args.full_shapes else args.max_elements,
+                           timeout=args.probe_timeout, **fields)
+    folder = lambda name: Path(args.output_dir or Path("reports") / _safe(name))  # noqa: E731
+    progress = Progress(sys.stderr, enabled=sys.stderr.isatty() and args.quiet == 0)
+    return options, Session(folder, resume=args.resume, progress=progress)
+
+
+def _mps_available() -> bool:
+    import torch
+
+    return bool(torch.backends.mps.is_available())
+
+
+def _render(report, args, baseline=None) -> str:
     from opscan.render import FORMATS
 
+    if args.format == "junit":
+        return FORMATS["junit"](report, fail_on=args.fail_on, baseline=baseline)
     if args.format == "table":
         return FORMATS["table"](report, verbose=args.verbose > 0, tree=args.tree,
                                 width=_width(), color=sys.stdout.isatty())
@@ -129,11 +242,16 @@ def _emit(text: str) -> None:
 
 
 def _write_reports(report, out_dir: Path) -> None:
-    from opscan.render import render_json, render_yaml
+    from opscan.render import render_html, render_json, render_yaml
+    from opscan.render.graphml import GRAPHML_FILES
 
     (out_dir / "report.json").write_text(render_json(report))
     (out_dir / "report.yaml").write_text(render_yaml(report))
-    log.warning("wrote %s and report.yaml", out_dir / "report.json")
+    (out_dir / "report.html").write_text(render_html(report), encoding="utf-8")
+    for name, render in GRAPHML_FILES.items():
+        if report.step_graph is not None:
+            (out_dir / name).write_text(render(report), encoding="utf-8")
+    log.warning("wrote %s, report.yaml, report.html and the step graph (GraphML)", out_dir / "report.json")
 
 
 def _check_writable(out_dir: Path) -> None:
@@ -148,13 +266,14 @@ def _check_writable(out_dir: Path) -> None:
         ) from None
 
 
-def _exit_code(report, fail_on: str | None) -> int:
-    if fail_on is None:
-        return ExitCode.OK
-    from opscan.verdict import Verdict
+def _exit_code(report, fail_on: str | None, baseline=None) -> int:
+    from opscan.baseline import failures
 
-    threshold = Verdict(fail_on).rank
-    return ExitCode.FINDINGS if any(r.verdict.rank >= threshold for r in report.rows) else ExitCode.OK
+    failing = failures(report.rows, fail_on, baseline)
+    for i, why in list(failing.items())[:20]:
+        row = report.rows[i]
+        log.warning("fails: %s [%s] is %s (%s)", row.op.display, ",".join(row.dtypes), row.verdict.value, why)
+    return ExitCode.FINDINGS if failing else ExitCode.OK
 
 
 def _configure_logging(level: int) -> None:

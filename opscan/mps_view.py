@@ -61,7 +61,9 @@ def mps_view(trace: Trace) -> tuple[MpsCall, ...]:
     passes = _backward_passes(trace.calls)
     out: list[MpsCall] = []
     emitted: set[tuple[int, str, int]] = set()
-    for call in trace.findable():
+    findable = trace.findable()
+    backward = _backward_by_node(findable)
+    for call in findable:
         group = spans.get(call.index)
         if group is not None:
             if call.index == _first_top(trace, group):
@@ -72,7 +74,7 @@ def mps_view(trace: Trace) -> tuple[MpsCall, ...]:
             key = (group.start, group.rule, passes[call.index])
             if key not in emitted:
                 emitted.add(key)
-                out.append(_backward_group(trace, group, call))
+                out.append(_backward_group(group, call, backward))
             continue
         if leaves.get(call.index):
             out.extend(_callee(leaf, call) for leaf in leaves[call.index])
@@ -106,8 +108,17 @@ def _forward_group(trace: Trace, group: Group) -> MpsCall:
     )
 
 
-def _backward_group(trace: Trace, group: Group, first: OpCall) -> MpsCall:
-    calls = [c for c in trace.findable() if c.phase == "backward" and c.node in group.nodes]
+def _backward_by_node(findable) -> dict[int, list[OpCall]]:
+    """Backward calls by the autograd node that ran them (one pass over the trace, not one per group)."""
+    out: dict[int, list[OpCall]] = {}
+    for c in findable:
+        if c.phase == "backward":
+            out.setdefault(c.node, []).append(c)
+    return out
+
+
+def _backward_group(group: Group, first: OpCall, backward: dict[int, list[OpCall]]) -> MpsCall:
+    calls = sorted((c for n in group.nodes for c in backward.get(n, ())), key=lambda c: c.index)
     return MpsCall(
         index=first.index, op=group.backward, phase="backward", module=group.module or first.module,
         inputs=first.inputs, outputs=calls[-1].outputs, dtypes=group.dtypes, cpu_op=_primary(calls),

@@ -37,7 +37,7 @@ def should_expand(kb: Knowledge):
 def classify_call(call: MpsCall, kb: Knowledge, cache: dict) -> Classification:
     """The predicted verdict of one MPS-view call."""
     note = note_from_shapes(call.op, [t.shape for t in call.inputs], [t.shape for t in call.outputs])
-    key = (call.op, call.dtypes, call.callees, repr(note))
+    key = (call.op, call.dtypes, call.callees, repr(note), call.cpu_op, call.rule)
     if key not in cache:
         cache[key] = _classify(call, kb, note)
     return cache[key]
@@ -54,7 +54,7 @@ def _classify(call: MpsCall, kb: Knowledge, note) -> Classification:
     if call.rule == "mps-copy" and not _wide(call.dtypes):
         return Classification(Verdict.NATIVE, Evidence(
             "mps-copy", f"copy_ into or out of an MPS tensor runs MPS's own copy (torch {kb.release})", SRC_COPY))
-    found = predict(call.op, call.dtypes, kb, callees=call.callees or None, args_note=note)
+    found = predict(call.op, call.dtypes, kb, callees=call.callees or None, args_note=note, cpu_op=call.cpu_op)
     if call.rule and found.verdict == Verdict.NATIVE:
         text = f"{found.evidence.text}; MPS dispatches it where the CPU trace shows {call.cpu_op} (rule {call.rule})"
         return Classification(found.verdict, Evidence(found.evidence.rule, text, found.evidence.source),

@@ -7,7 +7,7 @@ documented in the README and in opscan/schema/report-v1.json).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opscan.opkey import OpKey
@@ -32,9 +32,12 @@ class Row:
     modules: tuple[str, ...]
     calls: int
     shapes: tuple[tuple[int, ...], ...] = ()
+    predicted: dict[str, Any] | None = None  # measured on MPS: the prediction it replaced ({verdict, evidence})
+    measured: dict[str, Any] | None = None  # the probes' measurement (on MPS, or on cpu/cuda beside the prediction)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form (contract field names)."""
+        """JSON form (contract field names); `predicted`/`measured` only when probes ran."""
+        extra = {k: v for k, v in (("predicted", self.predicted), ("measured", self.measured)) if v is not None}
         return {
             "op": self.op.op,
             "overload": self.op.overload,
@@ -49,7 +52,16 @@ class Row:
             "modules": list(self.modules),
             "calls": self.calls,
             "shapes": [list(s) for s in self.shapes],
+            **extra,
         }
+
+    @property
+    def disagrees(self) -> bool:
+        """Measured, and the measurement's verdict differs from the prediction's."""
+        if self.measured is None:
+            return False
+        predicted = self.predicted["verdict"] if self.predicted else self.verdict.value
+        return self.measured["verdict"] != predicted
 
 
 @dataclass(frozen=True)
@@ -82,6 +94,9 @@ class Report:
     modules: tuple[tuple[str, str], ...] = ()
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+    graph: dict[str, Any] | None = None  # the step graph: counts, each finding's neighbourhood (graph_views.py)
+    transfers: dict[str, Any] | None = None  # host<->device copies per step (transfers.py)
+    step_graph: Any = field(default=None, repr=False, compare=False)  # the networkx graph, for GraphML only
 
     @property
     def summary(self) -> dict[str, dict[str, int]]:
@@ -113,6 +128,7 @@ class Report:
             "summary": self.summary,
             "lane": self.lane.to_dict(),
             "modules": [{"path": p, "type": t} for p, t in self.modules],
+            **{k: v for k, v in (("graph", self.graph), ("transfers", self.transfers)) if v is not None},
             **self.extra,
         }
 
@@ -143,15 +159,24 @@ _LINUX = {Verdict.ERROR, Verdict.CRASH, Verdict.TIMEOUT, Verdict.MISMATCH}
 _DUAL = {Verdict.CPU_FALLBACK, Verdict.UNSUPPORTED, Verdict.UNSUPPORTED_DTYPE, Verdict.UNKNOWN}
 
 
-def decide_lane(rows: tuple[Row, ...]) -> Lane:
-    """mac-first / dual-track / linux-gpu-first per the contract, listing the deciding rows."""
+def decide_lane(rows: tuple[Row, ...], heavy: tuple[str, ...] = (), memory: dict[str, str] | None = None) -> Lane:
+    """mac-first / dual-track / linux-gpu-first per the contract, listing the deciding rows.
+
+    `heavy`: reasons from the transfer rule (lanes.transfer_reasons), when the CPU fallback would move
+    more bytes per step than the step's parameters and activations; they make the lane linux-gpu-first.
+    `memory`: the memory section's lane effect `{fit, reason}` (memory/section.py), when estimated:
+    `does_not_fit` (no Mac) makes it linux-gpu-first, `tight` (on every Mac it runs on) dual-track;
+    mac-first needs `fits`, and lists it.
+    """
+    fit = (memory or {}).get("fit")
+    why = lambda level: ((memory or {})["reason"],) if fit == level else ()  # noqa: E731
     linux = [r for r in rows if r.verdict in _LINUX]
-    if linux:
-        return Lane("linux-gpu-first", tuple(_reason(r) for r in linux))
+    if linux or heavy or fit == "does_not_fit":
+        return Lane("linux-gpu-first", tuple(_reason(r) for r in linux) + tuple(heavy) + why("does_not_fit"))
     dual = [r for r in rows if r.verdict in _DUAL]
-    if dual:
-        return Lane("dual-track", tuple(_reason(r) for r in dual))
-    return Lane("mac-first", (f"all {len(rows)} rows are native",))
+    if dual or fit == "tight":
+        return Lane("dual-track", tuple(_reason(r) for r in dual) + why("tight"))
+    return Lane("mac-first", (f"all {len(rows)} rows are native",) + why("fits"))
 
 
 def _reason(row: Row) -> str:
@@ -178,3 +203,44 @@ def count_phases(calls) -> dict[str, dict[str, int]]:
     books = Counter(c.phase for c in calls if c.bookkeeping)
     phases = dict.fromkeys([*work, *books])
     return {p: {"calls": work.get(p, 0), "bookkeeping": books.get(p, 0)} for p in phases}
+
+
+def with_measurements(report: Report, measured: dict, section: dict[str, Any]) -> Report:
+    """The report with each row's measurement (`measured` maps (OpKey, dtypes) to objects with
+    verdict, evidence, remedy and block) and the rows that disagree with their prediction listed
+    first in `measurement.disagreements` (row order is kept: the graph section refers to rows by index).
+
+    Measured on MPS (`section["stands_for_mps"]`): the row's verdict, evidence and the lane become the
+    measured ones and the prediction moves to `predicted`. Measured on cpu or cuda: the verdicts and
+    the lane stay predicted for MPS and the measurement is only attached (`measured.device` says where).
+    """
+    stands = bool(section.get("stands_for_mps"))
+    rows = tuple(_measured_row(r, measured.get((r.op, r.dtypes)), stands) for r in report.rows)
+    section = {**section, "disagreements": [
+        {"row": i, "op": r.op.display, "dtypes": list(r.dtypes), "predicted": (r.predicted or {}).get(
+            "verdict", r.verdict.value), "measured": r.measured["verdict"]} for i, r in enumerate(rows) if r.disagrees]}
+    assumptions = {**report.assumptions, "measured_on": section.get("device")}
+    memory = (report.extra.get("memory") or {}).get("lane")
+    lane = decide_lane(rows, _transfer_reasons(report), memory) if stands else report.lane
+    return replace(report, rows=rows, mode="measured" if stands else report.mode, assumptions=assumptions,
+                   lane=lane, extra={**report.extra, "measurement": section})
+
+
+def _transfer_reasons(report: Report) -> tuple[str, ...]:
+    """The lane's reasons that come from the transfer rule, not from a row's verdict or the memory fit."""
+    if report.lane.name != "linux-gpu-first":
+        return ()
+    memory = ((report.extra.get("memory") or {}).get("lane") or {}).get("reason")
+    from_rows = {_reason(r) for r in report.rows} | {memory}
+    return tuple(r for r in report.lane.reasons if r not in from_rows)
+
+
+def _measured_row(row: Row, found, stands: bool) -> Row:
+    if found is None:
+        return row
+    if not stands:
+        return replace(row, measured=found.block)
+    remedy = row.remedy if found.verdict == row.verdict else found.remedy
+    return replace(row, verdict=found.verdict, source=Source.MEASURED, evidence=found.evidence, remedy=remedy,
+                   predicted={"verdict": row.verdict.value, "evidence": row.evidence.to_dict()},
+                   measured=found.block)

@@ -1,4 +1,4 @@
-"""Pipeline: compose target -> trace -> mps_view -> predict -> report. Nothing else lives here."""
+"""Pipeline: compose target -> trace -> mps_view -> predict -> graph -> report. Nothing else lives here."""
 
 from __future__ import annotations
 
@@ -24,44 +24,120 @@ class ScanOptions:
     dtype: str | None = None
     fx: bool = True
     yaml_path: str | None = None  # a native_functions.yaml other than the installed wheel's
+    fake: bool = False  # build and trace with fake tensors (trace/fake.py)
+    auto_fake: bool = True  # ... or switch to them when a meta pre-pass says the step would not fit in RAM
+    torch_version: str | None = None  # predict for this release (default: the installed one)
+    macos: str | None = None  # assume this macOS (default: the release's minimum)
+    probe: Any = None  # opscan.probe.stage.ProbeOptions: measure every distinct call (measured mode)
+    memory: bool = True  # estimate the step's memory and size it for Macs (opscan/memory)
+    live: Any = None  # opscan.memory.live.LiveOptions: --memory, a few real iterations on a device
 
 
-def scan(options: ScanOptions) -> Report:
+def scan(options: ScanOptions, session=None) -> Report:
     """Run the whole predicted scan of one target and return its Report."""
     from opscan.inputs import parse_input
     from opscan.knowledge import load_knowledge
     from opscan.mps_view import mps_view
+    from opscan.history import since_and_upgrade, with_since
     from opscan.predict import classify_call, decided_by
     from opscan.target import load_target
 
-    kb = load_knowledge(yaml_path=options.yaml_path)
-    target = load_target(options.target, options.args, [parse_input(t) for t in options.inputs])
-    trace = run_trace(target, options, kb)
+    kb = load_knowledge(yaml_path=options.yaml_path, release=options.torch_version, macos=options.macos)
+    inputs = [parse_input(t) for t in options.inputs]
+    target = load_target(options.target, options.args, inputs, _fake_choice(options))
+    trackers: list = []
+    trace = run_trace(target, options, kb, trackers if options.memory else None)
     view = mps_view(trace)
     cache: dict = {}
     verdicts = [classify_call(call, kb, cache) for call in view]
-    rows = tuple(make_row(use, found) for use, found in collect_rows(view, verdicts))
+    grouped = collect_rows(view, verdicts)
+    since, upgrade = since_and_upgrade(view, verdicts, kb)
+    rows = tuple(make_row(use, with_since(found, since.get((use.op, use.dtypes)), kb.release))
+                 for use, found in grouped)
     summary = trace_summary(trace)
     summary["mps_view_calls"] = len(view)
     summary["decided_by"] = dict(Counter(decided_by(v) for v in verdicts))
     summary["mps_view"] = view_summary(trace, view)
-    return Report(
+    summary["fake"] = target.fake is not None
+    summary["notes"][:0] = [target.fake.reason] if target.fake is not None else []
+    memory = memory_stage(target, trace, view, kb, options, trackers)
+    report = Report(
         opscan_version=__version__, kb_version=kb.kb_version, model=options.target, model_name=target.name,
         mode="predicted", assumptions=_assumptions(trace.torch_version, kb), environment=environment(),
-        phases=count_phases(trace.calls), rows=rows, lane=decide_lane(rows), trace=summary,
-        modules=trace.modules,
+        phases=count_phases(trace.calls), rows=rows, trace=summary, modules=trace.modules,
+        extra={"upgrade": upgrade.to_dict(), **({"memory": memory} if memory else {})},
+        **graph_stage(trace, view, [v.verdict for v in verdicts], rows, memory),
     )
+    return report if options.probe is None else measured_stage(report, trace, view, options.probe, session)
 
 
-def run_trace(target, options: ScanOptions, kb):
-    """Trace the step as MPS would dispatch it, turning the user's own failures into StepError."""
+def measured_stage(report: Report, trace, view, probe, session) -> Report:
+    """Probe every distinct call in isolated processes and attach the measurements (measured mode);
+    `session` (probe.stage.Session) journals them in the report folder and draws the progress bar."""
+    from opscan.probe.stage import measure
+    from opscan.report import with_measurements
+
+    measured, section = measure(trace, view, probe, report.model_name, session)
+    return with_measurements(report, measured, section)
+
+
+def memory_stage(target, trace, view, kb, options: ScanOptions, trackers: list) -> dict[str, Any] | None:
+    """The report's `memory` section (opscan/memory): estimate, Mac sizing, and with `live` real iterations."""
+    if not trackers:
+        return None
+    from opscan.memory.stage import estimate_memory
+
+    section = estimate_memory(target, trace, view, kb, trackers[0], options.dtype, options.inference)
+    if options.live is not None:
+        from opscan.memory.live import live_section
+
+        section["live"] = live_section(options.target, options.args, options.inputs, options.live)
+    return section
+
+
+def graph_stage(trace, view, verdicts, rows, memory: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The step graph, its transfers and the lane they help decide: the Report's keyword arguments."""
+    from opscan.graph import build_graph
+    from opscan.graph_views import graph_section
+    from opscan.lanes import transfer_reasons
+    from opscan.transfers import account, regions, transfer_section
+
+    g = build_graph(trace, view, verdicts)
+    transfers = account(g)
+    g.graph["transfers"] = transfers  # per-call copies for the GraphML export
+    findings = sorted((i for i, r in enumerate(rows) if r.verdict.rank > 0), key=lambda i: -rows[i].verdict.rank)
+    lane = decide_lane(rows, transfer_reasons(transfers, rows), (memory or {}).get("lane"))
+    return {"lane": lane, "step_graph": g,
+            "graph": graph_section(g, transfers, findings),
+            "transfers": transfer_section(transfers, regions(g, transfers))}
+
+
+def run_trace(target, options: ScanOptions, kb, trackers: list | None = None):
+    """Trace the step as MPS would dispatch it, turning the user's own failures into StepError;
+    with `trackers`, a memory tracker runs below the recorder and is appended to that list."""
     from opscan.predict import has_mps_kernel, should_expand
     from opscan.trace import TraceOptions, trace_step
     from opscan.trace.guard import user_step
+    from opscan.trace.moves import explicit_moves
 
     trace_options = TraceOptions(options.inference, options.dtype, options.fx, macos=_macos(kb))
-    with user_step(target.spec):
-        return trace_step(target, trace_options, has_mps_kernel=has_mps_kernel(kb), expand=should_expand(kb))
+    with user_step(target.spec), explicit_moves():
+        return trace_step(target, trace_options, has_mps_kernel=has_mps_kernel(kb), expand=should_expand(kb),
+                          memory=_tracking(trackers))
+
+
+def _tracking(trackers: list | None):
+    if trackers is None:
+        return None
+    from opscan.memory.stage import tracking
+
+    return tracking(trackers)
+
+
+def _fake_choice(options: ScanOptions):
+    from opscan.trace.fake import FakeChoice
+
+    return FakeChoice(force=options.fake, auto=options.auto_fake, dtype=options.dtype, inference=options.inference)
 
 
 def collect_rows(view, verdicts) -> list[tuple[RowUse, Classification]]:
@@ -109,19 +185,27 @@ def view_summary(trace, view) -> list[dict[str, Any]]:
 
 
 def _macos(kb) -> tuple[int, int]:
-    major, _, minor = kb.facts.min_macos.partition(".")
-    return int(major), int(minor or 0)
+    return kb.macos
 
 
 def _assumptions(torch_version: str, kb) -> dict[str, Any]:
     return {
         "torch_release": kb.release,
         "installed_torch": torch_version,
-        "macos": kb.facts.min_macos,
-        "macos_source": kb.facts.min_macos_source,
+        "macos": ".".join(map(str, kb.macos)),
+        "macos_source": kb.macos_source,
+        "kb_entry": kb.origin if kb.entry is None else f"{kb.origin}: releases/{kb.entry}",
+        "notes": list(kb.notes) + _what_if(torch_version, kb),
         "chip": "any Apple Silicon (M1 or newer)",
         "fallback_env": "unset",
     }
+
+
+def _what_if(torch_version: str, kb) -> list[str]:
+    if kb.release == torch_version.split("+", 1)[0]:
+        return []
+    return [f"what-if: the step was traced with the installed torch {torch_version} and judged against torch "
+            f"{kb.release}'s knowledge; decompositions and the MPS view can differ between releases"]
 
 
 def environment() -> dict[str, Any]:

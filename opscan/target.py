@@ -8,6 +8,7 @@ Optional hooks in the same file: `train_step(model, optimizer, inputs)`, `loss_f
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -39,6 +40,7 @@ class Target:
     train_step: Callable | None
     loss_fn: Callable | None
     build_optimizer: Callable | None
+    fake: Any = None  # trace.fake.FakeBuild: the FakeTensorMode model and inputs were built in, or None
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -91,8 +93,12 @@ def _import_file(path: Path) -> ModuleType:
     return module
 
 
-def load_target(spec: str, factory_args: dict[str, Any], input_specs: list[InputSpec]) -> Target:
-    """Load TARGET, call its factory and find its inputs and optional step hooks."""
+def load_target(spec: str, factory_args: dict[str, Any], input_specs: list[InputSpec],
+                choose_fake: Callable | None = None) -> Target:
+    """Load TARGET, call its factory and find its inputs and optional step hooks.
+
+    `choose_fake(factory, factory_args)` (trace/fake.py) may return a FakeBuild: the factory and
+    the inputs then run inside its FakeTensorMode (a built module can't be moved into it later)."""
     location, func_name = split_spec(spec)
     module = import_location(location)
     factory = getattr(module, func_name, None)
@@ -105,11 +111,13 @@ def load_target(spec: str, factory_args: dict[str, Any], input_specs: list[Input
             f"{func_name!r} in {location} is not a function (it is of type {type(factory).__name__}) "
             "— name a function that returns an nn.Module"
         )
-    model, inputs = _call_factory(factory, spec, factory_args)
-    if input_specs:
-        inputs = random_inputs(input_specs)
-    elif inputs is None:
-        inputs = _example_inputs(module, model, spec)
+    fake = choose_fake(factory, factory_args) if choose_fake is not None else None
+    with fake.mode if fake is not None else contextlib.nullcontext():
+        model, inputs = _call_factory(factory, spec, factory_args)
+        if input_specs:
+            inputs = random_inputs(input_specs)
+        elif inputs is None:
+            inputs = _example_inputs(module, model, spec)
     return Target(
         spec=spec,
         name=_model_name(func_name, model),
@@ -118,6 +126,7 @@ def load_target(spec: str, factory_args: dict[str, Any], input_specs: list[Input
         train_step=_hook(module, "train_step"),
         loss_fn=_hook(module, "loss_fn"),
         build_optimizer=_hook(module, "build_optimizer"),
+        fake=fake,
     )
 
 

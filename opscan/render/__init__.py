@@ -8,12 +8,16 @@ from __future__ import annotations
 from typing import Callable
 
 from opscan.render.console import render_table
+from opscan.render.html import render_html
+from opscan.render.junit import render_junit
 from opscan.render.structured import render_json, render_yaml
 
 FORMATS: dict[str, Callable[..., str]] = {
     "table": render_table,
     "json": render_json,
     "yaml": render_yaml,
+    "html": render_html,
+    "junit": render_junit,
 }
 
-__all__ = ["FORMATS", "render_table", "render_json", "render_yaml"]
+__all__ = ["FORMATS", "render_table", "render_json", "render_yaml", "render_html", "render_junit"]

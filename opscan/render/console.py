@@ -37,18 +37,27 @@ def render_table(report: Report, *, verbose: bool = False, tree: bool = False, w
     decided = _decided(report)
     if decided:
         console.print(decided)
-    rows = _ordered(report.rows if verbose else tuple(r for r in report.rows if r.verdict != Verdict.NATIVE))
+    measured = _measurement(report)
+    if measured:
+        console.print(measured)
+    rows = _ordered(report.rows if verbose else tuple(r for r in report.rows if _finds(r)))
     if rows:
         console.print(_rows_table(rows, with_rule=verbose))
     elif report.rows:
         console.print(f"All {len(report.rows)} rows are native (-v lists them).")
-    findings = [(i, r) for i, r in enumerate(rows, 1) if r.verdict != Verdict.NATIVE]
+    findings = [(i, r) for i, r in enumerate(rows, 1) if _finds(r)]
     if findings:
         console.print("\nWhy, and what to do:")
         for number, row in findings:
             console.print(_finding(number, row), overflow="fold")
     if tree:
         console.print(_module_tree(report))
+    memory = _memory(report)
+    if memory:
+        console.print(memory, overflow="fold")
+    upgrade = _upgrade(report)
+    if upgrade:
+        console.print(upgrade)
     console.print(_lane(report))
     return buf.getvalue()
 
@@ -92,14 +101,40 @@ def _decided(report: Report) -> str:
             f"{by.get('rule', 0)} · left unknown {by.get('unknown', 0)}")
 
 
+def _finds(row: Row) -> bool:
+    return row.verdict != Verdict.NATIVE or row.disagrees
+
+
+def _measurement(report: Report) -> str:
+    """Measured mode: where the probes ran and what they found (cpu/cuda never stand in for MPS)."""
+    m = report.extra.get("measurement")
+    if not m:
+        return ""
+    where = m["device"] if m.get("stands_for_mps") else f"{m['device']} (not MPS: verdicts stay predicted)"
+    outcomes = " · ".join(f"{k} {v}" for k, v in m.get("outcomes", {}).items() if v)
+    shapes = m["shapes"]
+    cap = f"capped at {shapes['max_elements']} elements" if shapes["policy"] == "capped" else "full"
+    n = len(m.get("disagreements", []))
+    differ = (f"{n} disagree with the prediction" if m.get("stands_for_mps") else
+              f"{n} differ from the MPS prediction, as {m['device']} is not MPS")
+    return escape(f"Measured on {where}: {m['probes']} probes for {m['calls']} calls · {outcomes} · "
+                  f"{differ}{' (listed first)' if n else ''} · shapes {cap}")
+
+
 def _ordered(rows) -> tuple[Row, ...]:
-    return tuple(sorted(rows, key=lambda r: (r.modules[0] if r.modules else "", -r.verdict.rank)))
+    return tuple(sorted(rows, key=lambda r: (not r.disagrees, r.modules[0] if r.modules else "", -r.verdict.rank)))
 
 
 def _rows_table(rows: tuple[Row, ...], with_rule: bool) -> Table:
     table = Table(show_lines=False, expand=False, box=None, pad_edge=False, header_style="bold")
     op_width = min(40, max(len(r.op.display) for r in rows))
-    columns = ("#", "module", "op", "dtypes", "verdict", "calls", "phases") + (("rule",) if with_rule else ())
+    # measured on MPS: the verdict column is measured and the prediction sits beside it; on cpu/cuda the reverse
+    if any(r.measured for r in rows):
+        measured = ("predicted",) if any(r.predicted for r in rows) else ("measured",)
+    else:
+        measured = ()
+    rule = ("rule",) if with_rule else ()
+    columns = ("#", "module", "op", "dtypes", "verdict", *measured, "calls", "phases", *rule)
     for column in columns:
         # a verdict or a count split over two lines is misread; op names keep their width up to 40;
         # the other columns fold when narrow
@@ -108,12 +143,20 @@ def _rows_table(rows: tuple[Row, ...], with_rule: bool) -> Table:
     for number, row in enumerate(rows, 1):
         table.add_row(
             str(number), escape(_modules(row)), row.op.display, escape(signature_text(row.dtypes)),
-            f"[{STYLE[row.verdict]}]{row.verdict.value}[/]", str(row.calls),
+            f"[{STYLE[row.verdict]}]{row.verdict.value}[/]",
+            *((_measured_cell(row),) if measured else ()), str(row.calls),
             ",".join(PHASE_SHORT.get(p, p) for p in row.phases),
             *((escape(row.evidence.rule) + (f" (CPU trace: {row.cpu_op.display})" if row.cpu_op else ""),)
               if with_rule else ()),
         )
     return table
+
+
+def _measured_cell(row: Row) -> str:
+    if not row.measured:
+        return "-"
+    mark = " ≠" if row.disagrees else ""
+    return f"{row.predicted['verdict'] if row.predicted else row.measured['verdict']}{mark}"
 
 
 def _modules(row: Row) -> str:
@@ -127,6 +170,11 @@ def _finding(number: int, row: Row) -> str:
              f"[{STYLE[row.verdict]}]{row.verdict.value}[/] ({row.source.value})"]
     lines.append(f"    why: {escape(row.evidence.text)}")
     lines.append(f"    rule: {escape(row.evidence.rule)} · source: {escape(row.evidence.source)}")
+    if row.predicted:
+        lines.append(f"    predicted: {row.predicted['verdict']} ({escape(row.predicted['evidence']['rule'])})")
+    elif row.measured:
+        lines.append(f"    measured on {escape(row.measured['device'])} (not MPS): {row.measured['verdict']} — "
+                     f"{escape(row.measured['text'])}")
     if row.cpu_op is not None:
         lines.append(f"    CPU trace shows: {row.cpu_op.display}")
     if row.remedy:
@@ -165,6 +213,31 @@ def _tree_label(name: str, path: str, worst, ops) -> str:
     if verdict is None:
         return name
     return f"{name} [{STYLE[verdict]}]{verdict.value}[/] ({ops.get(path, 0)} ops incl. children)"
+
+
+def _upgrade(report: Report) -> str:
+    """The smallest upgrade that makes the whole step native (history.py); empty when none was looked at."""
+    advice = report.extra.get("upgrade") or {}
+    if not advice.get("checked") or (not advice.get("target") and not advice.get("blocking")):
+        return ""
+    return escape(f"Upgrade: {advice['text']}")
+
+
+def _memory(report: Report) -> str:
+    """The memory section's line (opscan/memory/section.py), the largest batches, bfloat16 and the live log."""
+    m = report.extra.get("memory")
+    if not m:
+        return ""
+    peak = m["estimate"]["peak"]
+    lines = [f"Memory (estimate): {m['line']} · at {peak['module'] or '(model)'} in {peak['phase']} ({peak['op']})"]
+    lines += [f"  {text}" for text in (m.get("batch_line"), (m.get("bfloat16") or {}).get("note")) if text]
+    live = m.get("live")
+    if live:
+        lines.append(f"Memory live on {live['device']}, {live['iterations']} iterations: {live['growth']['text']}")
+        lines += [f"  kept: {s['op']} ({s['phase']}) {s['dtype']}{s['shape']} x{s['count']}, {s['bytes']} B"
+                  for s in live["suspects"][:3]]
+        lines += [f"  {live['hint']}"] if live.get("hint") else []
+    return escape("\n".join(lines))
 
 
 def _lane(report: Report) -> str:

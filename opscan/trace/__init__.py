@@ -15,7 +15,7 @@ import torch
 
 from opscan.opkey import OpKey
 from opscan.target import Target
-from opscan.trace import fxnodes, step
+from opscan.trace import fake, fxnodes, step
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker
 from opscan.trace.lens import MpsLens
 from opscan.trace.recorder import CallRecorder
@@ -41,13 +41,21 @@ def _never(op: OpKey) -> bool:
 
 def trace_step(target: Target, options: TraceOptions = TraceOptions(), *,
                has_mps_kernel: Callable[[OpKey], bool] = _never,
-               expand: Callable[[OpKey], bool] = _never) -> Trace:
+               expand: Callable[[OpKey], bool] = _never, memory: Callable | None = None) -> Trace:
     """Run the target's step once under the recorder and return what was dispatched.
 
     `has_mps_kernel(op)` turns on the lens rows whose kernel the predicted-for release has;
     `expand(op)` names the composites whose callees should be recorded (see recorder.py).
-    The defaults record the plain CPU trace.
+    The defaults record the plain CPU trace. A target built with fake tensors (`target.fake`) is
+    traced inside the same FakeTensorMode. `memory(model, inputs, clock)`, when given, returns a
+    dispatch mode entered below the recorder (opscan.memory.tracker.track_step); `clock()` is the
+    index of the call being recorded.
     """
+    with fake.entered(target.fake):
+        return _trace(target, options, has_mps_kernel, expand, memory)
+
+
+def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory=None) -> Trace:
     torch.manual_seed(options.seed)
     model, inputs = _prepared(target, options)
     gm, fx_info = fxnodes.symbolic(model) if options.fx else (None, FxInfo(False, "disabled (--no-fx)"))
@@ -58,11 +66,17 @@ def trace_step(target: Target, options: TraceOptions = TraceOptions(), *,
     recorder = CallRecorder(tracker, mapper, phases, expand)
     lens = MpsLens(recorder, mapper, tracker, has_mps_kernel, options.macos)
     recorder.index_parameters(model)
+    below = memory(model, inputs, lambda: len(recorder.calls) - 1) if memory else contextlib.nullcontext()
+    notes: list[str] = []
     with contextlib.ExitStack() as stack:
         tagger = fxnodes.FxNodeTagger(gm, tracker, recorder) if gm is not None else contextlib.nullcontext()
-        for ctx in (tracker, phases, tagger, lens, mapper, recorder):
+        for ctx in (tracker, phases, tagger, lens, mapper, below, recorder):
             stack.enter_context(ctx)
+        if target.fake is not None:
+            stack.enter_context(fake.stop_on_data_dependence(notes, recorder.calls))
         _run(target, model, optimizer, inputs, options)
+    if target.fake is not None:
+        notes.extend(fake.unknown_sizes(recorder.calls))
     return Trace(
         calls=tuple(recorder.calls),
         model_class=type(model).__name__,
@@ -72,6 +86,7 @@ def trace_step(target: Target, options: TraceOptions = TraceOptions(), *,
         torch_version=str(torch.__version__),
         device=_device_of(model),
         groups=tuple(lens.groups),
+        notes=tuple(notes),
     )
 
 

@@ -3,15 +3,17 @@
 `encode(args, kwargs)` walks the positional and keyword arguments of a dispatched call and returns
 `{"args": [...], "kwargs": {...}}` where every value is plain JSON:
 
-| argument                         | encoded as                                               |
-|----------------------------------|----------------------------------------------------------|
-| tensor                           | `{"t": i}`: the i-th tensor of the call, in the order of `OpCall.inputs`; integer and bool tensors of at most `VALUE_CAP` elements also carry `"v"`, their values (row-major, as `tolist()`) |
-| None, bool, int, str, finite float | itself                                                 |
-| inf / nan, complex               | `{"float": "inf"}`, `{"complex": [re, im]}`              |
-| dtype, device, layout, memory_format | `{"dtype": "float32"}`, `{"device": "cpu"}`, `{"layout": "strided"}`, `{"memory_format": "contiguous_format"}` |
-| Generator                        | `{"generator": "cpu"}` (replayed as a fresh seeded generator) |
-| list / tuple (TensorList, int[], optional tensors) | a JSON list of the above             |
-| anything else (SymInt without a value, a ProcessGroup, ...) | `{"unsupported": "TypeName"}`: the call cannot be replayed |
+Encoding, per argument:
+- tensor: `{"t": i}`, the i-th tensor of the call in the order of `OpCall.inputs`; integer and bool
+  tensors of at most `VALUE_CAP` elements also carry `"v"`, their values (row-major, as `tolist()`);
+- None, bool, int, str, finite float: itself;
+- inf / nan, complex: `{"float": "inf"}`, `{"complex": [re, im]}`;
+- dtype, device, layout, memory_format: `{"dtype": "float32"}`, `{"device": "cpu"}`,
+  `{"layout": "strided"}`, `{"memory_format": "contiguous_format"}`;
+- Generator: `{"generator": "cpu"}` (replayed as a fresh seeded generator);
+- list / tuple (TensorList, int[], optional tensors): a JSON list of the above;
+- anything else (SymInt without a value, a ProcessGroup, ...): `{"unsupported": "TypeName"}`, and
+  the call cannot be replayed.
 
 Pure: it reads the arguments and changes nothing. Values are never recorded for fake or meta
 tensors (they have none): probe-input builders in op_probes/ make valid ones instead.

@@ -10,45 +10,28 @@ marked with the composite call as their parent.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Callable
 
 import torch
 from torch._C import DispatchKey
-from torch.multiprocessing.reductions import StorageWeakRef
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils._pytree import tree_map
 
 from opscan.opkey import OpKey
+from opscan.trace.argspec import encode as encode_args
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker, backward_module
 from opscan.trace.bookkeeping import is_bookkeeping
 from opscan.trace.guard import call_through
 from opscan.trace.records import OpCall, TensorMeta
+from opscan.trace.tensors import StorageIds, describe, tensors_in
 
 _COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
+_DEVICE_QUERY = torch.ops.prim.device.default  # dispatched only by tensors with a Python device (fake)
 
 MAX_EXPANSION_DEPTH = 4
-
-
-class StorageIds:
-    """Small integers for storages; a freed storage's number is never reused."""
-
-    def __init__(self):
-        self._live: dict[int, tuple[int, StorageWeakRef]] = {}
-        self._next = 0
-
-    def of(self, tensor: torch.Tensor) -> int:
-        """The id of `tensor`'s storage (-1 for tensors without one)."""
-        try:
-            ref = StorageWeakRef(tensor.untyped_storage())
-        except (RuntimeError, NotImplementedError):
-            return -1
-        known = self._live.get(ref.cdata)
-        if known is not None and not known[1].expired():
-            return known[0]
-        self._next += 1
-        self._live[ref.cdata] = (self._next, ref)
-        return self._next
 
 
 class CallRecorder(TorchDispatchMode):
@@ -62,7 +45,7 @@ class CallRecorder(TorchDispatchMode):
                  expand: Callable[[OpKey], bool] | None = None):
         super().__init__()
         self.tracker, self.mapper, self.phases = tracker, mapper, phases
-        self.expand = expand or (lambda op: False)
+        self.expand = functools.lru_cache(maxsize=None)(expand or (lambda op: False))  # per OpKey
         self.storages = StorageIds()
         self.param_storages: dict[int, str] = {}
         self.calls: list[OpCall] = []
@@ -85,19 +68,29 @@ class CallRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func is _DEVICE_QUERY:  # a fake tensor asking its device through the dispatcher: no call
+            return _device_query(func, args, kwargs)
         if _is_composite(func):
             return self._decomposed(func, args, kwargs)
         phase = self.phases.current()
         if phase == "optimizer" and self._last_phase != "optimizer":
             self._index_gradients()
         self._last_phase = phase
-        op = OpKey.of(func)
-        leaves = tree_leaves((args, kwargs))
-        inputs = self._metas(leaves)
+        op = _op_key(func)
+        inputs = self._metas(tensors_in(args, kwargs))
         index = len(self.calls)
+        spec = encode_args(args, kwargs)  # before the call: an in-place op changes its inputs
         self.calls.append(None)  # reserve the slot so callees come after their composite
-        out, expanded = self._execute(func, op, index, args, kwargs)
-        outputs = self._metas(tree_leaves(out))
+        try:
+            out, expanded = self._execute(func, op, index, args, kwargs)
+        except Exception as exc:  # the step may catch it ("try float16, else float32"): keep the call
+            self._store(index, op, phase, inputs, (), args, kwargs, spec, False, f"{type(exc).__name__}: {exc}")
+            raise
+        outputs = self._metas(tensors_in(out))
+        self._store(index, op, phase, inputs, outputs, args, kwargs, spec, expanded, None)
+        return out
+
+    def _store(self, index, op, phase, inputs, outputs, args, kwargs, spec, expanded, raised) -> None:
         module, how = self._module(phase, inputs)
         if how == "parameter" and phase == "optimizer":
             for t in outputs:  # optimizer state made from a parameter belongs to its module
@@ -106,9 +99,9 @@ class CallRecorder(TorchDispatchMode):
             index=index, op=op, phase=phase, module=module, inputs=inputs, outputs=outputs,
             bookkeeping=is_bookkeeping(op), fx_node=self.fx_node if phase == "forward" else None,
             module_source=how, node=_current_node(), parent=self._parents[-1] if self._parents else None,
-            attrs=tuple(_attr(x) for x in (*args, *kwargs.values())), expanded=expanded,
+            attrs=tuple(_attr(x) for x in (*args, *kwargs.values())), expanded=expanded, args_spec=spec,
+            raised=raised,
         )
-        return out
 
     def _execute(self, func, op: OpKey, index: int, args, kwargs):
         if len(self._parents) >= MAX_EXPANSION_DEPTH or not self.expand(op):
@@ -128,22 +121,28 @@ class CallRecorder(TorchDispatchMode):
                 return call_through(func, *args, **kwargs), False
             if len(self.calls) == index + 1:  # a CPU fast path dispatched nothing: see the device path
                 # nothing dispatched on meta either: metadata only; the meta run failed: not known
-                return out, self._expand_on_meta(func, key, args, kwargs)
+                expanded = self._expand_on_meta(func, key, args, kwargs)
+                if _strayed(out, args, kwargs) and not func._schema.is_mutable:
+                    out = call_through(func, *args, **kwargs)  # C++ made a plain meta tensor of a fake one
+                return out, expanded
             return out, True
         finally:
             self._parents.pop()
 
     def _expand_on_meta(self, func, key, args, kwargs) -> bool:
         """Run the composite kernel on meta copies: its non-CPU branch (the one MPS takes) dispatches.
-        True when that run succeeded."""
-        meta_args, meta_kwargs = tree_map(_to_meta, (args, kwargs))
-        if "device" in meta_kwargs:
-            meta_kwargs["device"] = torch.device("meta")
-        try:
-            with self:
-                func._op_dk(key, *meta_args, **meta_kwargs)
-        except Exception:  # noqa: BLE001 - no meta path: the callees stay unknown
-            return False
+        True when that run succeeded. Under fake tensors the copies are plain meta tensors too (the fake
+        mode is set aside for the run), as in a real trace."""
+        outside_fake = unset_fake_temporarily() if _has_fake((args, kwargs)) else contextlib.nullcontext()
+        with outside_fake:
+            meta_args, meta_kwargs = tree_map(_to_meta, (args, kwargs))
+            if "device" in meta_kwargs:
+                meta_kwargs["device"] = torch.device("meta")
+            try:
+                with self:
+                    func._op_dk(key, *meta_args, **meta_kwargs)
+            except Exception:  # noqa: BLE001 - no meta path: the callees stay unknown
+                return False
         return True
 
     def _decomposed(self, func, args, kwargs):
@@ -166,18 +165,14 @@ class CallRecorder(TorchDispatchMode):
             return owners.pop(), "parameter"
         return "", "none"
 
-    def _metas(self, leaves) -> tuple[TensorMeta, ...]:
-        return tuple(self._meta(t) for t in leaves if isinstance(t, torch.Tensor))
+    def _metas(self, tensors) -> tuple[TensorMeta, ...]:
+        return tuple(describe(t, self.storages) for t in tensors)
 
-    def _meta(self, t: torch.Tensor) -> TensorMeta:
-        return TensorMeta(
-            dtype=str(t.dtype).removeprefix("torch."),
-            shape=tuple(int(d) for d in t.shape),
-            stride=tuple(int(s) for s in t.stride()) if t.layout == torch.strided else (),
-            device=str(t.device),
-            storage=self.storages.of(t),
-            nbytes=int(t.numel() * t.element_size()),
-        )
+
+@functools.lru_cache(maxsize=None)
+def _op_key(func) -> OpKey:
+    """OpKey.of, once per OpOverload."""
+    return OpKey.of(func)
 
 
 @functools.lru_cache(maxsize=None)
@@ -218,7 +213,31 @@ def _attr(value):
     return type(value).__name__
 
 
+@functools.lru_cache(maxsize=None)
 def _is_composite(func) -> bool:
     """True for an op whose C++ CompositeImplicitAutograd kernel is what runs when it reaches us."""
     name = getattr(func, "name", None)
-    return callable(name) and torch._C._dispatch_has_kernel_for_dispatch_key(name(), _COMPOSITE)
+    try:
+        return callable(name) and torch._C._dispatch_has_kernel_for_dispatch_key(name(), _COMPOSITE)
+    except RuntimeError:  # an op the dispatcher does not know by name (prim::device)
+        return False
+
+
+def _device_query(func, args, kwargs):
+    """prim::device of a fake tensor, answered as FakeTensorMode's handler would (saves a dispatch)."""
+    x = args[0] if len(args) == 1 else None
+    if isinstance(x, FakeTensor):
+        return torch.device("meta") if x.fake_mode.in_kernel_invocation else x.fake_device
+    return func(*args, **kwargs)
+
+
+def _has_fake(value) -> bool:
+    return any(isinstance(t, FakeTensor) for t in tensors_in(value))
+
+
+def _strayed(out, args, kwargs) -> bool:
+    """True when a composite's C++ fast path, run on fake tensors, returned a plain (meta) tensor:
+    it built a new tensor from the fake one's storage without dispatching, outside the fake mode."""
+    if not _has_fake((args, kwargs)):
+        return False
+    return any(not isinstance(t, FakeTensor) for t in tensors_in(out))

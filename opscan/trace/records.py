@@ -52,6 +52,8 @@ class OpCall:
     parent: int | None = None  # set on the callees of a composite call (index of that call)
     expanded: bool = False  # re-dispatched to its composite kernel; its callees follow it
     attrs: tuple = ()  # positional then keyword arguments, JSON-safe; tensors as "<tensor>"
+    args_spec: dict | None = None  # replayable arguments (trace/argspec.py), for measured mode
+    raised: str | None = None  # "ExcType: message" when the call raised (and the step caught it)
 
     @property
     def dtypes(self) -> tuple[str, ...]:
