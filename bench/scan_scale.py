@@ -12,6 +12,7 @@ layers (least squares) and prints the per-layer slope and the worst relative res
 
     python bench/scan_scale.py                     # 7b and 70b widths, 2, 8, 32 and 80 layers
     python bench/scan_scale.py --sizes 7b --layers 2 32
+    python bench/scan_scale.py --cli --no-memory   # more opscan flags, after --cli (here: no memory estimate)
 
 The last line is `scan_7b: <s> s, <MB> MB` for 7b at 32 layers (when that run is in the set).
 """

@@ -37,6 +37,8 @@ def should_expand(kb: Knowledge):
 def classify_call(call: MpsCall, kb: Knowledge, cache: dict) -> Classification:
     """The predicted verdict of one MPS-view call."""
     note = note_from_shapes(call.op, [t.shape for t in call.inputs], [t.shape for t in call.outputs])
+    if note and any(d < 0 for dims in note.values() for d in dims):
+        note = None  # a size that depends on values (-1 under fake tensors): no shape rule can judge it
     key = (call.op, call.dtypes, call.callees, repr(note), call.cpu_op, call.rule)
     if key not in cache:
         cache[key] = _classify(call, kb, note)

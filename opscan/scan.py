@@ -150,7 +150,7 @@ def collect_rows(view, verdicts) -> list[tuple[RowUse, Classification]]:
 
 
 def _use(op, dtypes, calls) -> RowUse:
-    shapes = tuple(dict.fromkeys(c.inputs[0].shape for c in calls if c.inputs))
+    shapes = tuple(dict.fromkeys(c.inputs[0].shape for c in calls if c.inputs and -1 not in c.inputs[0].shape))
     return RowUse(
         op=op, dtypes=dtypes, cpu_op=next((c.cpu_op for c in calls if c.cpu_op), None),
         phases=tuple(dict.fromkeys(c.phase for c in calls)),

@@ -120,7 +120,7 @@ def _fake_trace(model):
 def test_data_dependent_sizes_are_recorded_as_unknown():
     trace = _fake_trace(DataDependent)
     index = next(c for c in trace.calls if c.op.display == "aten::index.Tensor")
-    assert index.outputs[0].shape == (-1,) and index.outputs[0].nbytes == -1
+    assert index.outputs[0].shape == (-1,) and index.outputs[0].nbytes == 0  # unknown: counted as no bytes
     assert {"forward", "backward", "optimizer"} <= {c.phase for c in trace.calls}  # the step went on
     assert any("recorded as -1" in n for n in trace.notes)
 
@@ -202,3 +202,39 @@ def test_fast_fake_cache_changes_nothing(monkeypatch):
     checked, mode = trace_with(lambda: fast_mode(crosscheck=True))
     assert mode.hits > 500  # most calls repeat (two decoder layers, AdamW per parameter)
     assert _normalized(checked) == _normalized(plain)
+
+
+DATA_DEPENDENT_TARGET = '''
+import torch
+from torch import nn
+
+
+class Picks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return y[y > 0].sum() + y.sum()
+
+
+def build_model():
+    return Picks(), torch.randn(4, 8)
+'''
+
+
+def test_cli_report_with_data_dependent_sizes_is_valid(capsys, tmp_path):
+    import jsonschema
+    from importlib import resources
+
+    target = tmp_path / "picks.py"
+    target.write_text(DATA_DEPENDENT_TARGET)
+    code = main([f"{target}:build_model", "--fake", "-o", str(tmp_path / "out"), "-f", "json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    schema = json.loads(resources.files("opscan").joinpath("schema/report-v1.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(report)  # -1 sizes never reach the rows' shapes
+    index = next(r for r in report["ops"] if r["op"] == "aten::index")
+    assert index["shapes"] == [[4, 8]]  # the mask's input; the masked result's size is unknown
+    assert any("recorded as -1" in n for n in report["trace"]["notes"])

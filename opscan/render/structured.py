@@ -16,4 +16,5 @@ def render_json(report: Report, **_) -> str:
 
 def render_yaml(report: Report, **_) -> str:
     """The same dict as YAML, keys in schema order; read it back with yaml.safe_load."""
-    return yaml.safe_dump(report.to_dict(), sort_keys=False, allow_unicode=True)
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: same text, ~8x faster
+    return yaml.dump(report.to_dict(), Dumper=dumper, sort_keys=False, allow_unicode=True)

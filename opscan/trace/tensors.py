@@ -4,7 +4,8 @@
 its views); `describe` turns a tensor into a `TensorMeta`; `tensors_in` lists the tensors of a
 dispatched call's arguments or results in pytree order (aten schemas nest at most lists in tuples,
 so a two-level walk replaces `tree_leaves`). Names of dtypes and devices are cached per object.
-A data-dependent size (an unbacked symbol under fake tensors) is recorded as -1.
+A data-dependent size or stride (an unbacked symbol under fake tensors) is recorded as -1, and the
+tensor's bytes as 0 (byte sums downstream stay sums of known sizes).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from opscan.trace.records import TensorMeta
 
-UNKNOWN = -1  # a size, stride or byte count that depends on tensor values (fake tensors)
+UNKNOWN = -1  # a size or stride that depends on tensor values (fake tensors)
 
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
 _DEVICE_NAMES: dict[torch.device, str] = {}
@@ -58,7 +59,7 @@ def describe(t: torch.Tensor, storages: StorageIds) -> TensorMeta:
         stride = ()
     if t._has_symbolic_sizes_strides:
         shape, stride = concrete(t.shape), concrete(stride)
-        nbytes = UNKNOWN if UNKNOWN in shape else _product(shape) * t.element_size()
+        nbytes = 0 if UNKNOWN in shape else _product(shape) * t.element_size()  # 0: no negative byte sums
     else:
         shape, nbytes = tuple(t.shape), t.numel() * t.element_size()
     return TensorMeta(dtype=name, shape=shape, stride=tuple(stride), device=where,
