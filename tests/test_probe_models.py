@@ -10,7 +10,7 @@ for speed; the report says so), so the suite pays for one pair of warm worker po
 from __future__ import annotations
 
 import json
-import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -78,39 +78,12 @@ def test_every_distinct_signature_is_one_probe_and_every_row_is_measured(measure
     assert failing == NOT_NATIVE_ON_CPU[(model, dtype)]
 
 
-CRAFTED = '''
-    """A step that tries zeta in float16 and bfloat16 first (the CPU has no kernel for either) and
-    falls back to float32 when that raises, as some libraries do."""
-    import torch
-    from torch import nn
 
 
-    class TryLowPrecision(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = nn.Linear(4, 4)
-
-        def forward(self, x):
-            q = self.lin(x).abs() + 2
-            out = q.sum()
-            q = q.detach()  # zeta has no derivative: keep it out of backward
-            for dtype in (torch.float16, torch.bfloat16):
-                low = q.to(dtype)
-                try:
-                    out = out + torch.special.zeta(low, torch.full_like(low, 3.0)).float().sum()
-                except NotImplementedError:
-                    out = out + torch.special.zeta(q, torch.full_like(q, 3.0)).sum()
-            return out
-
-
-    def build():
-        return TryLowPrecision(), torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
-'''
-
-
-def test_a_crafted_op_that_fails_in_low_precision_on_cpu_is_caught_with_its_real_text(tmp_path):
-    (tmp_path / "crafted.py").write_text(textwrap.dedent(CRAFTED))
-    report = scan(ScanOptions(f"{tmp_path}/crafted.py:build", probe=ProbeOptions(device="cpu", workers=1)))
+def test_a_crafted_op_that_fails_in_low_precision_on_cpu_is_caught_with_its_real_text():
+    # the same crafted target bench/cuda_probe_check.sh probes on cuda
+    crafted = Path(__file__).resolve().parents[1] / "bench" / "crafted_low_precision.py"
+    report = scan(ScanOptions(f"{crafted}:build", probe=ProbeOptions(device="cpu", workers=1)))
     doc = report.to_dict()
     assert report.mode == "predicted" and doc["measurement"]["device"] == "cpu"
     zeta = {tuple(r["dtypes"]): r["measured"] for r in doc["ops"] if r["op"] == "aten::special_zeta"}
