@@ -33,16 +33,21 @@ def human(n: float) -> str:
 
 def fit_line(peak: int, fits: tuple[Fit, ...]) -> str:
     """'peak 7.9 GB: fits 16 GB Macs, tight on 8 GB' (the smallest Mac it fits and the smaller tight ones)."""
-    fitting = [f.mac.ram_gb for f in fits if f.verdict == "fits"]
-    tight = [f.mac.ram_gb for f in fits if f.verdict == "tight"]
+    fitting, tight, smaller = _by_fit(fits)
     head = f"peak {human(peak)}"
     if fitting:
-        smaller = [g for g in tight if g < fitting[0]]
         tail = f", tight on {_sizes(smaller)} GB" if smaller else ""
         return f"{head}: fits {fitting[0]} GB Macs{tail}"
     if tight:
         return f"{head}: fits no Mac, tight on {_sizes(tight)} GB"
     return f"{head}: does not fit any Mac (the largest has {fits[-1].mac.ram_gb} GB)" if fits else head
+
+
+def _by_fit(fits: tuple[Fit, ...]) -> tuple[list[int], list[int], list[int]]:
+    """RAM sizes that fit, that are tight, and the tight ones smaller than the smallest that fits."""
+    fitting = [f.mac.ram_gb for f in fits if f.verdict == "fits"]
+    tight = [f.mac.ram_gb for f in fits if f.verdict == "tight"]
+    return fitting, tight, [g for g in tight if fitting and g < fitting[0]]
 
 
 def _sizes(sizes: list[int]) -> str:
@@ -52,11 +57,9 @@ def _sizes(sizes: list[int]) -> str:
 def lane_effect(peak: int, fits: tuple[Fit, ...]) -> dict[str, str]:
     """{fit, reason}: fits (on some Mac) | tight (only tight, on every Mac it runs on) | does_not_fit (no Mac).
     The reason reads as a lane reason: its head, before the first ': ', names the finding."""
-    fitting = [f.mac.ram_gb for f in fits if f.verdict == "fits"]
-    tight = [f.mac.ram_gb for f in fits if f.verdict == "tight"]
+    fitting, tight, smaller = _by_fit(fits)
     head = f"memory peak {human(peak)}"
     if fitting:
-        smaller = [g for g in tight if g < fitting[0]]
         tail = f" (tight on {_sizes(smaller)} GB)" if smaller else ""
         return {"fit": "fits", "reason": f"{head} fits {fitting[0]} GB Macs and larger{tail}"}
     if tight:
