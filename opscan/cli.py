@@ -20,6 +20,8 @@ log = logging.getLogger("opscan")
 VERDICT_NAMES = ("native", "unknown", "cpu_fallback", "unsupported", "unsupported_dtype", "mismatch",
                  "error", "crash", "timeout")
 FORMAT_NAMES = ("table", "json", "yaml", "html", "junit")
+# `opscan NAME ...`: each subcommand's own module parses the rest (its `main(argv) -> exit code`)
+SUBCOMMANDS = {"coverage": "opscan.coverage_cli"}
 
 EPILOG = """\
 exit codes: 0 nothing at or above --fail-on (default: findings never fail) · 1 findings at or above
@@ -113,10 +115,11 @@ def _memory_flags(p: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (only __main__ calls sys.exit)."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["coverage"]:
-        from opscan.coverage_cli import main as coverage_main
+    if argv[:1] and argv[0] in SUBCOMMANDS:
+        import importlib
 
-        return coverage_main(argv[1:])
+        module, _, function = SUBCOMMANDS[argv[0]].partition(":")
+        return getattr(importlib.import_module(module), function or "main")(argv[1:])
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -33,13 +33,22 @@ class ScanOptions:
     live: Any = None  # opscan.memory.live.LiveOptions: --memory, a few real iterations on a device
 
 
-def scan(options: ScanOptions, session=None) -> Report:
-    """Run the whole predicted scan of one target and return its Report."""
+@dataclass(frozen=True)
+class Prepared:
+    """What every later stage starts from: the knowledge base, the loaded target, its trace and MPS view."""
+
+    kb: Any
+    target: Any
+    trace: Any
+    view: Any
+    trackers: list  # the memory tracker (one), when options.memory
+
+
+def prepare(options: ScanOptions) -> Prepared:
+    """Load the knowledge base and the target, trace the step, and build its MPS view."""
     from opscan.inputs import parse_input
     from opscan.knowledge import load_knowledge
     from opscan.mps_view import mps_view
-    from opscan.history import since_and_upgrade, with_since
-    from opscan.predict import classify_call, decided_by
     from opscan.target import load_target
 
     kb = load_knowledge(yaml_path=options.yaml_path, release=options.torch_version, macos=options.macos)
@@ -47,7 +56,17 @@ def scan(options: ScanOptions, session=None) -> Report:
     target = load_target(options.target, options.args, inputs, _fake_choice(options))
     trackers: list = []
     trace = run_trace(target, options, kb, trackers if options.memory else None)
-    view = mps_view(trace)
+    return Prepared(kb, target, trace, mps_view(trace), trackers)
+
+
+def scan(options: ScanOptions, session=None) -> Report:
+    """Run the whole predicted scan of one target and return its Report."""
+    from opscan.history import since_and_upgrade, with_since
+    from opscan.predict import classify_call, decided_by
+
+    prepared = prepare(options)
+    kb, target, trace, view, trackers = (prepared.kb, prepared.target, prepared.trace, prepared.view,
+                                         prepared.trackers)
     cache: dict = {}
     verdicts = [classify_call(call, kb, cache) for call in view]
     grouped = collect_rows(view, verdicts)
@@ -77,8 +96,8 @@ def measured_stage(report: Report, trace, view, probe, session) -> Report:
     from opscan.probe.stage import measure
     from opscan.report import with_measurements
 
-    measured, section = measure(trace, view, probe, report.model_name, session)
-    return with_measurements(report, measured, section)
+    measurement = measure(trace, view, probe, report.model_name, session)
+    return with_measurements(report, measurement.rows, measurement.section)
 
 
 def memory_stage(target, trace, view, kb, options: ScanOptions, trackers: list) -> dict[str, Any] | None:

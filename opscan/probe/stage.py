@@ -1,9 +1,10 @@
 """Probe stage: entry point — plan the probes of a traced step, run them, measure each row.
 
-`measure(trace, view, options, model_name, session)` returns the per-row measurements and the
-report's `measurement` section; scan.py hands both to the report. `Session` is the observer the CLI
-passes in: it opens the journal in the report folder (resuming it when asked) and draws the
-progress bar. A device that cannot be used is a `ProbeEnvironmentError` (exit 2), never a row.
+`measure(trace, view, options, model_name, session)` returns a `Measurement`: the per-row measurements,
+the report's `measurement` section, and the plan and outcomes they came from (scan.py hands the first two
+to the report). `Session` is the observer the CLI passes in: it opens the journal in the report folder
+(resuming it when asked) and draws the progress bar. A device that cannot be used is a
+`ProbeEnvironmentError` (exit 2), never a row.
 """
 
 from __future__ import annotations
@@ -39,6 +40,16 @@ class ProbeOptions:
     timeout: float = 60.0
     isolation: str = "auto"
     on_pass: str = "when-needed"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured run: rows (row key -> RowMeasurement), the report's section, the plan and its outcomes."""
+
+    rows: dict
+    section: dict
+    plan: calls.Plan
+    result: runner.RunResult
 
 
 class Session(runner.Observer):
@@ -84,8 +95,8 @@ class Session(runner.Observer):
             self.journal.close()
 
 
-def measure(trace, view, options: ProbeOptions, model_name: str, session: Session | None = None):
-    """(row key -> RowMeasurement, the `measurement` section) for one traced step."""
+def measure(trace, view, options: ProbeOptions, model_name: str, session: Session | None = None) -> Measurement:
+    """Plan, run and reconcile the probes of one traced step."""
     check_device(options.device)
     plan = calls.plan(trace, view, options.device, options.max_elements)
     done, envs = session.open(plan, model_name) if session else ({}, {})
@@ -105,7 +116,7 @@ def measure(trace, view, options: ProbeOptions, model_name: str, session: Sessio
     rows = reconcile.measure_rows(plan, result, label)
     section = reconcile.section(plan, result, run_options, label, stands, runner.isolation_for(run_options),
                                 session.name if session else None, run)
-    return rows, section
+    return Measurement(rows, section, plan, result)
 
 
 def _label(device: str, environments: dict) -> tuple[str, bool]:
