@@ -21,7 +21,8 @@ VERDICT_NAMES = ("native", "unknown", "cpu_fallback", "unsupported", "unsupporte
                  "error", "crash", "timeout")
 FORMAT_NAMES = ("table", "json", "yaml", "html", "junit")
 # `opscan NAME ...`: each subcommand's own module parses the rest (its `main(argv) -> exit code`)
-SUBCOMMANDS = {"coverage": "opscan.coverage_cli"}
+SUBCOMMANDS = {"coverage": "opscan.coverage_cli", "repro": "opscan.repro.cli", "bundle": "opscan.bundle.cli",
+               "merge": "opscan.bundle.cli:merge_main", "accept": "opscan.accept.cli"}
 
 EPILOG = """\
 exit codes: 0 nothing at or above --fail-on (default: findings never fail) · 1 findings at or above
