@@ -4,6 +4,7 @@ FORMATS registry against the CLI's --format choices. Reports are built by hand: 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import yaml
 
@@ -158,3 +159,20 @@ def test_formats_cover_every_cli_choice():
     for name in FORMAT_NAMES:
         out = FORMATS[name](report())
         assert isinstance(out, str) and out.endswith("\n"), name
+
+
+def test_table_shows_the_transfers_per_step_and_the_costliest_calls():
+    transfers = {"step": {"bytes": 3432, "syncs": 7, "d2h_bytes": 2800, "h2d_bytes": 632},
+                 "fallback": {"bytes": 3432}, "explicit": {"bytes": 0}, "implicit": {"bytes": 0},
+                 "ranking": [{"op": "aten::put_", "module": "block.attn", "phase": "backward", "bytes": 1776,
+                              "syncs": 4},
+                             {"op": "aten::take", "module": "", "phase": "forward", "bytes": 1656, "syncs": 3}]}
+    lines = wide(replace(report(), transfers=transfers))
+    start = lines.index("CPU<->MPS per step: 3.4 KB in 7 syncs (to host 2.7 KB, to MPS 632 B; fallback 3.4 KB)")
+    assert lines[start + 1:start + 3] == ["  aten::put_ in block.attn (backward): 1.7 KB, 4 syncs",
+                                          "  aten::take in (model) (forward): 1.6 KB, 3 syncs"]
+
+
+def test_table_has_no_transfer_line_when_nothing_crosses():
+    quiet = {"step": {"bytes": 0, "syncs": 0, "d2h_bytes": 0, "h2d_bytes": 0}, "ranking": []}
+    assert not any(line.startswith("CPU<->MPS") for line in wide(replace(report(), transfers=quiet)))

@@ -3,7 +3,8 @@
 Layout: a header naming what was predicted for, one summary line per verdict (unknown always shown),
 how the calls were decided, the rows grouped by module (non-native only unless verbose), a numbered
 "why, and what to do" entry per finding (evidence, source, CPU-side op, remedy), with `tree=True`
-the module tree coloured by each module's worst verdict, and the lane with the rows that decided it.
+the module tree coloured by each module's worst verdict, the CPU<->MPS bytes per step with the costliest
+calls, the memory estimate, and the lane with the rows that decided it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
+from opscan.memory.section import human as _bytes
 from opscan.report import Report, Row, signature_text
 from opscan.verdict import Verdict
 
@@ -52,12 +54,10 @@ def render_table(report: Report, *, verbose: bool = False, tree: bool = False, w
             console.print(_finding(number, row), overflow="fold")
     if tree:
         console.print(_module_tree(report))
-    memory = _memory(report)
-    if memory:
-        console.print(memory, overflow="fold")
-    upgrade = _upgrade(report)
-    if upgrade:
-        console.print(upgrade)
+    for section in (_transfers, _memory, _upgrade):
+        text = section(report)
+        if text:
+            console.print(text, overflow="fold")
     console.print(_lane(report))
     return buf.getvalue()
 
@@ -221,6 +221,21 @@ def _upgrade(report: Report) -> str:
     if not advice.get("checked") or (not advice.get("target") and not advice.get("blocking")):
         return ""
     return escape(f"Upgrade: {advice['text']}")
+
+
+def _transfers(report: Report) -> str:
+    """Bytes and syncs between the CPU and MPS per step (transfers.py), and the costliest calls; empty when none."""
+    t = report.transfers or {}
+    step = t.get("step") or {}
+    if not step.get("bytes") and not step.get("syncs"):
+        return ""
+    parts = [f"{kind} {_bytes(t[kind]['bytes'])}" for kind in ("fallback", "explicit", "implicit")
+             if (t.get(kind) or {}).get("bytes")]
+    lines = [f"CPU<->MPS per step: {_bytes(step['bytes'])} in {step['syncs']} syncs "
+             f"(to host {_bytes(step['d2h_bytes'])}, to MPS {_bytes(step['h2d_bytes'])}; {', '.join(parts) or 'none'})"]
+    lines += [f"  {r['op']} in {r['module'] or '(model)'} ({r['phase']}): {_bytes(r['bytes'])}, {r['syncs']} syncs"
+              for r in (t.get("ranking") or [])[:3]]
+    return escape("\n".join(lines))
 
 
 def _memory(report: Report) -> str:
