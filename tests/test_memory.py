@@ -193,3 +193,16 @@ def test_the_pure_memory_modules_do_not_import_torch():
         imported = {a.name for n in tree.body if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module}
         assert not any(m == "torch" or m.startswith("torch.") for m in imported), name
+
+
+def test_batch_line_shares_one_cell_for_every_mac_beyond_the_search_cap():
+    from opscan.memory.section import batch_line
+    from opscan.memory.sizing import MAX_BATCH, Fit, Mac
+
+    def fit(gb, batch):
+        return Fit(Mac(gb, 0.75, "reported", "test"), "fits", batch, batch, "fits", batch)
+
+    fits = (fit(8, 0), fit(16, 300), fit(24, None), fit(32, None))
+    assert batch_line(fits, 2) == f"largest batch that fits (traced at 2): 16 GB 300 · 24 GB and larger: over {MAX_BATCH}"
+    assert batch_line(fits[:3], 2) == f"largest batch that fits (traced at 2): 16 GB 300 · 24 GB: over {MAX_BATCH}"
+    assert batch_line(fits, 2, scaled=False) == ""

@@ -72,11 +72,15 @@ def lane_effect(peak: int, fits: tuple[Fit, ...]) -> dict[str, str]:
 
 def batch_line(fits: tuple[Fit, ...], batch: int | None, scaled: bool = True) -> str:
     """'largest batch that fits (traced at 32): 8 GB 12 · 16 GB 40 · …' (empty when the batch could not be
-    varied); a batch beyond MAX_BATCH (null in the JSON) shows as '≥1048576'."""
+    varied). Macs whose batch is beyond the search's cap MAX_BATCH (null in the JSON) share one cell,
+    '32 GB and larger: over 1048576', instead of repeating the cap for each size."""
     if not scaled:
         return ""
-    cells = [f"{f.mac.ram_gb} GB {f.max_batch if f.max_batch is not None else f'≥{MAX_BATCH}'}" for f in fits
-             if f.max_batch != 0]
+    found = [f for f in fits if f.max_batch not in (0, None)]
+    cells = [f"{f.mac.ram_gb} GB {f.max_batch}" for f in found]
+    beyond = [f for f in fits if f.max_batch is None]
+    if beyond:
+        cells.append(f"{beyond[0].mac.ram_gb} GB{' and larger' if len(beyond) > 1 else ''}: over {MAX_BATCH}")
     if not cells:
         return ""
     return f"largest batch that fits (traced at {batch}): " + " · ".join(cells)
