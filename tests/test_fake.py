@@ -238,3 +238,26 @@ def test_cli_report_with_data_dependent_sizes_is_valid(capsys, tmp_path):
     index = next(r for r in report["ops"] if r["op"] == "aten::index")
     assert index["shapes"] == [[4, 8]]  # the mask's input; the masked result's size is unknown
     assert any("recorded as -1" in n for n in report["trace"]["notes"])
+
+
+def test_real_integer_constants_keep_their_values_under_fake_mode():
+    # examples/cnn.py's loss reads TARGETS, a real int64 tensor made at import: under --fake it is still real data,
+    # so the probe replays the recorded labels instead of asking op_probes to invent some
+    from opscan.scan import prepare
+    from opscan.trace.argspec import iter_tensors
+
+    prepared = prepare(ScanOptions(f"{EXAMPLES / 'cnn.py'}:build_model", fake=True, memory=False))
+    assert prepared.target.fake is not None
+    nll = next(c for c in prepared.trace.calls if c.op.display == "aten::nll_loss_forward")
+    values = [ref.get("v") for ref in iter_tensors(nll.args_spec)]
+    assert values[0] is None  # the log-probabilities are fake: no values
+    assert values[1] == _cnn_targets()
+
+
+def _cnn_targets() -> list[int]:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cnn_example_for_values", EXAMPLES / "cnn.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.TARGETS.tolist()

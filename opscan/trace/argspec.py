@@ -95,13 +95,25 @@ def _tensor(t: torch.Tensor, counter: list[int], cap: int) -> dict:
 def _values(t: torch.Tensor, cap: int):
     if t.dtype not in _INT_LIKE or t.numel() > cap or t.device.type == "meta":
         return None
-    if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided or _fake_mode_active():
-        return None  # fake tensors, other subclasses, a real constant under fake mode: no values to read
+    if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided:
+        return None  # fake tensors and other subclasses: no values to read
     try:
-        values = t.detach().tolist()
+        with _real_data():  # a real constant under a fake mode (cnn.py's targets under --fake) keeps its values
+            values = t.detach().tolist()
     except Exception:  # noqa: BLE001 - a tensor that cannot give its data: builders make values
         return None
     return values if _plain(values) else None
+
+
+def _real_data():
+    """Outside any FakeTensorMode for as long as a real tensor's data is read (a no-op without one)."""
+    import contextlib
+
+    if not _fake_mode_active():
+        return contextlib.nullcontext()
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    return unset_fake_temporarily()
 
 
 def _plain(values) -> bool:
