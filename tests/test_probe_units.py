@@ -41,8 +41,9 @@ def test_argspec_keeps_no_values_over_the_cap_or_without_data():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     constant = torch.tensor([3, 7])
-    with FakeTensorMode(allow_non_fake_inputs=True):  # reading it here would make unbacked symbols
-        assert encode((constant,), {})["args"] == [{"t": 0}]
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:  # a real constant is read outside the fake mode
+        assert encode((constant,), {})["args"] == [{"t": 0, "v": [3, 7]}]
+        assert encode((mode.from_tensor(constant),), {})["args"] == [{"t": 0}]  # a fake tensor has no values
 
 
 class Mixed(torch.nn.Module):
