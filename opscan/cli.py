@@ -100,6 +100,9 @@ def _probe_flags(p: argparse.ArgumentParser) -> None:
                    help="continue a killed measured run from <report folder>/probes.jsonl without redoing probes")
     p.add_argument("--probe-timeout", type=float, default=60.0, metavar="S", help="limit per probe pass (60 s)")
     p.add_argument("--workers", type=int, metavar="N", help="probe processes per pass (default min(4, cores))")
+    p.add_argument("--repro", action="store_true",
+                   help="write a standalone repro script per finding call and an ISSUE.md per failing op into "
+                        "<report folder>/repro/ (`opscan repro REPORT OP` makes them later)")
 
 
 def _memory_flags(p: argparse.ArgumentParser) -> None:
@@ -182,7 +185,7 @@ def _scan(args, factory_args):
     return scan(ScanOptions(args.target, tuple(args.input), factory_args, inference=args.inference,
                             dtype=args.dtype, fx=not args.no_fx, fake=args.fake, auto_fake=not args.no_fake,
                             torch_version=args.torch_version, macos=args.macos, probe=probe,
-                            memory=not args.no_memory, live=_live(args)), session)
+                            memory=not args.no_memory, live=_live(args), repro=args.repro), session)
 
 
 def _live(args):
@@ -256,6 +259,12 @@ def _write_reports(report, out_dir: Path) -> None:
         if report.step_graph is not None:
             (out_dir / name).write_text(render(report), encoding="utf-8")
     log.warning("wrote %s, report.yaml, report.html and the step graph (GraphML)", out_dir / "report.json")
+    if "repro" in report.extra:
+        from opscan.repro import render_files
+        from opscan.repro.cli import write_files
+
+        written = write_files(render_files(report.to_dict()), out_dir)
+        log.warning("wrote %d repro files into %s", len(written), out_dir / "repro")
 
 
 def _check_writable(out_dir: Path) -> None:

@@ -31,6 +31,7 @@ class ScanOptions:
     probe: Any = None  # opscan.probe.stage.ProbeOptions: measure every distinct call (measured mode)
     memory: bool = True  # estimate the step's memory and size it for Macs (opscan/memory)
     live: Any = None  # opscan.memory.live.LiveOptions: --memory, a few real iterations on a device
+    repro: bool = False  # add the `repro` section: what standalone repro scripts of the findings need
 
 
 @dataclass(frozen=True)
@@ -87,17 +88,46 @@ def scan(options: ScanOptions, session=None) -> Report:
         extra={"upgrade": upgrade.to_dict(), **({"memory": memory} if memory else {})},
         **graph_stage(trace, view, [v.verdict for v in verdicts], rows, memory),
     )
-    return report if options.probe is None else measured_stage(report, trace, view, options.probe, session)
+    command = repro_command(options)
+    if options.probe is None:
+        return report if command is None else with_repro(report, trace, view, command)
+    return measured_stage(report, trace, view, options.probe, session, repro=command)
 
 
-def measured_stage(report: Report, trace, view, probe, session) -> Report:
+def measured_stage(report: Report, trace, view, probe, session, repro: str | None = None) -> Report:
     """Probe every distinct call in isolated processes and attach the measurements (measured mode);
-    `session` (probe.stage.Session) journals them in the report folder and draws the progress bar."""
+    `session` (probe.stage.Session) journals them in the report folder and draws the progress bar;
+    `repro` (the command line) adds the `repro` section from the measured plan and outcomes."""
     from opscan.probe.stage import measure
     from opscan.report import with_measurements
 
     measurement = measure(trace, view, probe, report.model_name, session)
-    return with_measurements(report, measurement.rows, measurement.section)
+    report = with_measurements(report, measurement.rows, measurement.section)
+    if repro is None:
+        return report
+    return with_repro(report, trace, view, repro, measurement)
+
+
+def repro_command(options: ScanOptions) -> str | None:
+    """The command line recorded in the `repro` section, or None when no section is wanted."""
+    from opscan.repro.section import command_line
+
+    return command_line(options) if options.repro else None
+
+
+def with_repro(report: Report, trace, view, command: str, measurement=None) -> Report:
+    """The report with its `repro` section (opscan/repro/section.py): from the measured plan and outcomes,
+    or in predicted mode from a plan of the MPS view's calls at full shapes."""
+    from dataclasses import replace
+
+    from opscan.probe.calls import plan
+    from opscan.repro.section import section
+
+    if measurement is None:
+        found = section(report.rows, plan(trace, view, "mps", None), command=command)
+    else:
+        found = section(report.rows, measurement.plan, measurement.result, measurement.section["device"], command)
+    return replace(report, extra={**report.extra, "repro": found})
 
 
 def memory_stage(target, trace, view, kb, options: ScanOptions, trackers: list) -> dict[str, Any] | None:

@@ -14,7 +14,9 @@ on it (mps_facts.md §1):
 What each op does comes from a JSON script (`OPSCAN_SIM_MPS_SCRIPT`, read at import):
 `{"generation": "2.6+" | "2.0-2.5", "default": KIND, "ops": {"aten::relu": KIND | {"kind": KIND, ...}}}`
 with KIND one of native, always_cpu, always_cpu_wrong, unsupported, unsupported_error,
-unsupported_abort, dtype, error, async_error, segfault, abort, hang, wrong; any kind may add
+unsupported_abort, dtype, error, async_error, segfault, abort, hang, wrong, adaptive_divisible (the
+adaptive-pool shape limit: KERNEL_ERROR_TEXT only when an input spatial size and the output size do not
+divide one another, as MPS's adaptive pools check; used by the repro minimisation tests); any kind may add
 `"delay": seconds`.
 """
 
@@ -185,6 +187,19 @@ def _kernel_error(*_):
     raise RuntimeError(KERNEL_ERROR_TEXT)
 
 
+def _adaptive_divisible(sim, op, how, func, args, kwargs):
+    """Adaptive pooling forward (self, output_size) or backward (grad_output, self): the larger of each
+    input/output spatial pair must be a multiple of the smaller, else MPS's kernel error."""
+    if isinstance(args[1], torch.Tensor):  # backward: the output size is grad_output's
+        inputs, outputs = args[1].shape[-2:], args[0].shape[-2:]
+    else:
+        outputs = list(args[1])
+        inputs = args[0].shape[-len(outputs):]
+    if any(max(i, o) % min(i, o) for i, o in zip(inputs, outputs) if min(i, o) > 0):
+        _kernel_error()
+    return func(*args, **kwargs)
+
+
 _KINDS = {
     "native": _run,
     "always_cpu": lambda sim, op, how, f, a, k: (sim.warn(op), f(*a, **k))[1],
@@ -200,6 +215,7 @@ _KINDS = {
     "abort": lambda *_: os.abort(),
     "hang": _hang,
     "wrong": lambda sim, op, how, f, a, k: _wrong(f(*a, **k)),
+    "adaptive_divisible": _adaptive_divisible,
 }
 
 BACKEND = SimulatedMps(load_script())

@@ -1,0 +1,66 @@
+"""Repro stage: standalone repro scripts and ISSUE.md files for a report's findings (issue #8).
+
+- section.py: the report's `repro` section (built at scan time: what the scripts need, from report.json alone);
+- script.py + runtime.py: one script per call (data through repr, then the runtime verbatim);
+- issue.py: ISSUE.md per failing OpKey, in the shape of PyTorch's bug template;
+- minimize.py: shrink a shape-dependent failure to its boundary in the real probe worker;
+- cli.py: `opscan repro REPORT OP`.
+
+`render_files(report)` is pure (report dict in, file texts out); only the CLI modules write files.
+"""
+
+from __future__ import annotations
+
+from opscan.errors import OpscanError
+from opscan.opkey import OpKey
+
+
+class ReproError(OpscanError):
+    """A report that cannot give repros (no `repro` section), or an OP it does not have."""
+
+
+def folder_of(op: str) -> str:
+    """"aten::take" -> "aten_take"; "aten::add.Tensor" -> "aten_add.Tensor" (OpKey parts are identifiers)."""
+    key = OpKey.parse(op)
+    return f"{key.namespace}_{key.name}" + ("" if key.overload == "default" else f".{key.overload}")
+
+
+def findings_by_op(report: dict) -> dict[str, list[dict]]:
+    """The repro section's findings grouped by OpKey display name, in report order."""
+    section = report.get("repro")
+    if not isinstance(section, dict) or not isinstance(section.get("findings"), list):
+        raise ReproError("the report has no `repro` section — rescan with --repro (it records what the scripts need)")
+    grouped: dict[str, list[dict]] = {}
+    for finding in section["findings"]:
+        grouped.setdefault(finding["op"], []).append(finding)
+    return grouped
+
+
+def render_files(report: dict, device: str = "mps", real_outputs: dict | None = None) -> dict[str, str]:
+    """Relative path (under "repro/") -> file text, for every finding of a report dict (report.json's content):
+    `repro/<op>/repro_N.py` per replayable call and `repro/<op>/ISSUE.md` per OpKey. `real_outputs` maps a
+    script's relative path to {"device", "exit_code", "output", "environment"} from running it on the real
+    device: ISSUE.md then shows that output. Pure and deterministic."""
+    out: dict[str, str] = {}
+    for op, findings in findings_by_op(report).items():
+        out.update(render_op(report, op, findings, device, real_outputs))
+    return out
+
+
+def render_op(report: dict, op: str, findings: list[dict], device: str = "mps",
+              real_outputs: dict | None = None) -> dict[str, str]:
+    """The files of one OpKey's findings (see render_files)."""
+    from opscan.repro.issue import issue_text
+    from opscan.repro.script import script_text
+
+    folder = f"repro/{folder_of(op)}"
+    scripts: list[tuple[str, str, dict]] = []
+    for finding in findings:
+        for call in finding.get("calls") or []:
+            if call.get("unbuildable"):
+                continue
+            name = f"repro_{len(scripts) + 1}.py"
+            scripts.append((f"{folder}/{name}", script_text(report, finding, call, name, device), call))
+    files = {path: text for path, text, _ in scripts}
+    files[f"{folder}/ISSUE.md"] = issue_text(report, op, findings, scripts, device, real_outputs)
+    return files

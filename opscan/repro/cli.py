@@ -1,0 +1,176 @@
+"""CLI: `opscan repro REPORT.json OP` — write one OpKey's repro scripts and ISSUE.md from a report's `repro` section.
+
+Dispatched from cli.main when the first argument is `repro`. Reads report.json with json only (no scan,
+no trace); torch is imported only for --minimize. Writes `<DIR>/repro/<op>/repro_N.py` and `ISSUE.md`
+(DIR: -o, default the report's folder) and prints the paths written, one per line; with --minimize, first
+one line per minimised call with its boundary.
+
+Exit codes: 0 written · 1 --minimize: the failure did not reproduce on --device, nothing was minimised (the
+files are written unminimised) · 2 usage: unreadable report, no repro section, unknown OP or dtype, device
+not usable (one line) · 3 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from opscan.errors import ExitCode, OpscanError, OutputError
+
+EPILOG = """\
+OP: display spelling, aten::take or aten::take.default or aten::add.Tensor. Scripts: python repro_N.py
+[--device mps|cpu|cuda] exits 0 when the failure does not reproduce, 1 when it does, 2 when it cannot run
+there; a crash kills the process. --minimize shrinks a shape-dependent failure in the probe workers while
+the same failure persists, and reports the smallest failing shapes and the next smaller ones that pass.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `opscan repro` parser."""
+    p = argparse.ArgumentParser(prog="opscan repro", epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                description="Standalone repro scripts and an ISSUE.md for one op of a scan's report.")
+    p.add_argument("report", metavar="REPORT.json", help="a report.json written by a scan with --repro")
+    p.add_argument("op", metavar="OP", help="the op, e.g. aten::take")
+    p.add_argument("--dtype", action="append", default=[], metavar="DTYPE",
+                   help="keep the dtype signatures holding this dtype (repeatable)")
+    p.add_argument("--device", choices=("mps", "cpu", "cuda"), default="mps",
+                   help="the scripts' default device, and where --minimize probes (default mps)")
+    p.add_argument("-o", "--output-dir", metavar="DIR", help="where repro/ goes (default: the report's folder)")
+    p.add_argument("--minimize", action="store_true", help="shrink the failing call's sizes to the boundary")
+    p.add_argument("--probe-timeout", type=float, default=60.0, metavar="S", help="limit per probe (60 s)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """Run `opscan repro`; returns the exit code."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        return _run(args)
+    except OpscanError as exc:
+        print(f"opscan: error: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    except Exception:  # noqa: BLE001 - anything else is our bug
+        traceback.print_exc()
+        print("opscan: internal error — this is a bug in opscan; please report it", file=sys.stderr)
+        return ExitCode.INTERNAL
+
+
+def _run(args: argparse.Namespace) -> int:
+    from opscan.repro import render_op
+
+    report = load_report(args.report)
+    op, findings = select(report, args.op, args.dtype)
+    code = ExitCode.OK
+    if args.minimize:
+        findings, lines, code = _minimized(findings, args.device, args.probe_timeout)
+        _emit(lines)
+    out_dir = Path(args.output_dir) if args.output_dir else Path(args.report).resolve().parent
+    written = write_files(render_op(report, op, findings, args.device), out_dir)
+    _emit([str(p) for p in written])
+    return code
+
+
+def load_report(path: str) -> dict:
+    """report.json as a dict; a missing or malformed file is a ReproError."""
+    from opscan.repro import ReproError
+
+    try:
+        report = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReproError(f"cannot read {path!r} as a report ({type(exc).__name__}) — pass the report.json a scan "
+                         "wrote") from None
+    if not isinstance(report, dict):
+        raise ReproError(f"{path!r} is not a report (not a JSON object) — pass the report.json a scan wrote")
+    return report
+
+
+def select(report: dict, op_text: str, dtypes: list[str]) -> tuple[str, list[dict]]:
+    """(OpKey display name, its findings) for OP and --dtype; unknown ones raise with the close names."""
+    from opscan.opkey import OpKey
+    from opscan.repro import ReproError, findings_by_op
+
+    grouped = findings_by_op(report)
+    try:
+        op = OpKey.parse(op_text).display
+    except ValueError:
+        op = op_text
+    if op not in grouped:
+        close = difflib.get_close_matches(op, list(grouped), n=5, cutoff=0.5) or list(grouped)[:8]
+        raise ReproError(f"{op_text!r} has no finding in this report — use one of: {', '.join(close) or '(none)'}")
+    found = [f for f in grouped[op] if all(d in f["dtypes"] for d in dtypes)]
+    if not found:
+        signatures = "; ".join(",".join(f["dtypes"]) for f in grouped[op])
+        raise ReproError(f"no finding of {op} has dtypes {', '.join(dtypes)} — its signatures: {signatures}")
+    return op, found
+
+
+def _minimized(findings: list[dict], device: str, timeout: float) -> tuple[list[dict], list[str], int]:
+    """Each finding with its first call minimised on `device`: (findings, boundary lines, exit code)."""
+    from opscan.probe.protocol import ProbeCall
+    from opscan.probe.stage import check_device
+    from opscan.repro.minimize import minimize
+    from opscan.repro.section import call_entry, outcome_entry
+
+    check_device(device)
+    out, lines, reproduced = [], [], False
+    for finding in findings:
+        calls = [c for c in finding.get("calls") or [] if not c.get("unbuildable")]
+        if not calls:
+            out.append(finding)
+            continue
+        boundary = minimize(ProbeCall.from_dict(calls[0]["probe"]), device, timeout)
+        reproduced = reproduced or boundary.reproduced
+        lines.append(_boundary_line(finding, boundary))
+        if not boundary.reproduced:
+            out.append(finding)
+            continue
+        entry = {**call_entry(boundary.call), "original_shapes": boundary.original, "minimized": boundary.to_dict()}
+        entry["outcomes"] = {boundary.label: outcome_entry(boundary.outcome)}
+        out.append({**finding, "calls": [entry], "more_calls": 0})
+    return out, lines, ExitCode.OK if reproduced else ExitCode.FINDINGS
+
+
+def _boundary_line(finding: dict, boundary) -> str:
+    head = f"{finding['op']} [{','.join(finding['dtypes'])}]"
+    if not boundary.reproduced:
+        return f"{head}: did not fail on {boundary.label} ({boundary.failure}); nothing to minimise"
+    passes = f"passes at {boundary.passes_at}" if boundary.passes_at else "no smaller shape passes"
+    sizes = "; ".join(f"size {size}: fails at {v['fails']}, passes at {v['passes']}"
+                      for size, v in boundary.sizes.items())
+    return (f"{head}: fails at {boundary.fails_at}, {passes}; original {boundary.original} ({sizes}) — "
+            f"{boundary.failure[:160]} ({boundary.probes} probes on {boundary.label})")
+
+
+def write_files(files: dict[str, str], out_dir: Path) -> list[Path]:
+    """Write render_files' output under out_dir (scripts executable); the paths written."""
+    written = []
+    try:
+        for rel, text in files.items():
+            path = out_dir / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            if path.suffix == ".py":
+                path.chmod(0o755)
+            written.append(path)
+    except OSError as exc:
+        raise OutputError(f"cannot write repro files into {str(out_dir)!r}: {exc.strerror or exc} — pass -o with "
+                          "a writable folder") from None
+    return written
+
+
+def _emit(lines: list[str]) -> None:
+    try:
+        for line in lines:
+            sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

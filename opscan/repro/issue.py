@@ -1,0 +1,204 @@
+"""Repro stage: ISSUE.md for one failing OpKey, in the shape of PyTorch's bug report template. Pure.
+
+Title, "🐛 Describe the bug" (what happens, every dtype signature and shape affected, the first repro
+script and its output — the real one when given, else the outcome opscan's probe recorded on that
+device), "Expected behavior", and "Versions": a placeholder for `python -m torch.utils.collect_env` plus
+what it does not show for MPS (macOS, chip, PYTORCH_ENABLE_MPS_FALLBACK). A missing kernel links
+PyTorch's MPS op-coverage tracking issue. Text from the report (the command line, PyTorch's messages,
+script output) only ever appears inside fenced code blocks whose fence is longer than any backtick run in it.
+"""
+
+from __future__ import annotations
+
+import re
+
+TRACKING_ISSUE = "https://github.com/pytorch/pytorch/issues/141287"
+OLD_TRACKING_ISSUE = "https://github.com/pytorch/pytorch/issues/77764"  # the text of torch 2.0-2.5
+DEVICE_NAMES = {"mps": "MPS", "cpu": "CPU", "cuda": "CUDA"}
+RANKS = {"native": 0, "unknown": 1, "cpu_fallback": 2, "unsupported": 3, "unsupported_dtype": 3, "mismatch": 4,
+         "error": 4, "crash": 5, "timeout": 5}
+WHAT = {  # verdict: (title words, what happens, expected behaviour)
+    "unsupported": ("is not implemented for the {dev} device",
+                    "raises NotImplementedError on {dev} with PYTORCH_ENABLE_MPS_FALLBACK unset (and runs on the CPU, "
+                    "slowly, with it set): there is no {dev} kernel for it",
+                    "The op runs on the {dev} device, as it does on the CPU."),
+    "unsupported_dtype": ("fails for {dtypes} on {dev}",
+                          "raises a dtype error on {dev} for these dtypes",
+                          "The op runs for these dtypes, or fails with a message naming the supported ones."),
+    "cpu_fallback": ("falls back to the CPU on {dev}",
+                     "runs, but PyTorch warns that it falls back to the CPU even with PYTORCH_ENABLE_MPS_FALLBACK "
+                     "unset, copying its inputs to the host and back",
+                     "The op runs on the {dev} device without a round trip through the CPU."),
+    "error": ("raises on {dev} for these inputs",
+              "raises on {dev} for these inputs, whatever PYTORCH_ENABLE_MPS_FALLBACK says",
+              "The op gives the same result as on the CPU."),
+    "mismatch": ("gives results that disagree with the CPU on {dev}",
+                 "runs on {dev} but its outputs disagree with the CPU reference (floating inputs widened to float64) "
+                 "beyond the tolerance of the dtype",
+                 "The outputs agree with the CPU within the dtype's tolerance."),
+    "crash": ("crashes the process on {dev}", "kills the process on {dev}",
+              "The op runs, or raises a Python exception."),
+    "timeout": ("hangs on {dev}", "does not finish on {dev} within the probe's time limit",
+                "The op finishes in about the time it takes on the CPU."),
+    "unknown": ("may not run on {dev}", "could not be judged by opscan on {dev}",
+                "The op runs on the {dev} device."),
+}
+
+
+def fenced(text: str, lang: str = "") -> str:
+    """A Markdown code block that `text` cannot close: the fence is longer than its longest backtick run."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{lang}\n{text.rstrip()}\n{fence}\n"
+
+
+def issue_device(findings: list[dict], device: str, measured_on: str | None, real_devices: list[str]) -> str:
+    """The device the issue is about: where its real output ran; else the measured device when the findings
+    fail there (a measurement on cpu or cuda is about that device); else `device` (mps)."""
+    if real_devices:
+        return real_devices[0]
+    if measured_on and any(RANKS.get(f.get("measured_verdict") or "native", 0) > 0 for f in findings):
+        return measured_on
+    return device
+
+
+def issue_verdict(findings: list[dict], device: str, measured_on: str | None) -> str:
+    """The verdict the issue is about: measured on `device` when the report measured there, else predicted."""
+    def about(f):
+        if measured_on == device and f.get("measured_verdict"):
+            return f["measured_verdict"]
+        return f["verdict"] if device == "mps" else (f.get("measured_verdict") or "unknown")
+    return max((about(f) for f in findings), key=lambda v: RANKS.get(v, 0))
+
+
+def issue_text(report: dict, op: str, findings: list[dict], scripts: list[tuple[str, str, dict]], device: str,
+               real_outputs: dict | None = None) -> str:
+    """ISSUE.md for one OpKey: `scripts` are (relative path, text, call entry) in order."""
+    repro = report.get("repro") or {}
+    real_devices = [r["device"] for p, _, _ in scripts if (r := (real_outputs or {}).get(p)) and r.get("device")]
+    device = issue_device(findings, device, repro.get("measured_on"), real_devices)
+    verdict = issue_verdict(findings, device, repro.get("measured_on"))
+    dev = DEVICE_NAMES.get(device, device)
+    dtypes = "; ".join(", ".join(f["dtypes"]) for f in findings)
+    title_words, what, expected = (part.format(dev=dev, dtypes=dtypes) for part in WHAT.get(verdict, WHAT["unknown"]))
+    parts = [f"<!-- Generated by opscan {report.get('opscan_version')}: review it, then file it at "
+             "https://github.com/pytorch/pytorch/issues/new?template=bug-report.yml -->\n",
+             f"# [{dev}] {op} {title_words}\n", "### 🐛 Describe the bug\n",
+             f"`{op}` {what}.{_basis(findings, device, repro.get('measured_on'), real_devices)} opscan found it "
+             "while scanning a training step with:\n", fenced(repro.get("command") or ""),
+             _affected(findings, device, repro.get("measured_on")), _tracking(verdict)]
+    parts += _repro_block(scripts, device, real_outputs or {}, report)
+    parts += ["### Expected behavior\n", f"{expected}\n", _versions(report, device, scripts, real_outputs or {})]
+    return "\n".join(p for p in parts if p)
+
+
+def _basis(findings: list[dict], device: str, measured_on: str | None, real_devices: list[str]) -> str:
+    """Says when the verdict is a prediction, not a run on the device."""
+    if real_devices or measured_on == device:
+        return ""
+    return (f" (Predicted by opscan from PyTorch's {DEVICE_NAMES.get(device, device)} kernel tables for this "
+            "release; the repro below checks it.)")
+
+
+def _affected(findings: list[dict], device: str, measured_on: str | None) -> str:
+    lines = ["Affected dtype signatures and the input shapes the step used:\n",
+             "| dtypes | shapes | predicted for MPS | measured |", "|---|---|---|---|"]
+    for f in findings:
+        measured = f"{f['measured_verdict']} on {measured_on}" if f.get("measured_verdict") else "—"
+        shapes = ", ".join(str(s) for s in f.get("shapes") or []) or "—"
+        lines.append(f"| {', '.join(f['dtypes'])} | {shapes} | {f['verdict']} | {measured} |")
+    return "\n".join(lines) + "\n"
+
+
+def _tracking(verdict: str) -> str:
+    if verdict != "unsupported":
+        return ""
+    return (f"There is no MPS kernel for this op: PyTorch's MPS op-coverage tracking issue is {TRACKING_ISSUE} "
+            f"(torch 2.0-2.5 pointed to {OLD_TRACKING_ISSUE}). Setting `PYTORCH_ENABLE_MPS_FALLBACK=1` runs it "
+            "on the CPU meanwhile.\n")
+
+
+def _repro_block(scripts, device: str, real_outputs: dict, report: dict) -> list[str]:
+    if not scripts:
+        return ["No standalone repro could be generated for this op (its calls cannot be replayed).\n"]
+    path, text, call = scripts[0]
+    name = path.rsplit("/", 1)[-1]
+    parts = [f"Repro: `python {name} --device {device}` (standalone, needs only torch) runs `{call['probe']['op']}` "
+             f"on {device} with {_inputs(call)} — the inputs of the step, rebuilt from a seed and recorded values — "
+             "and compares it with the CPU; it exits 1 when the failure reproduces, 0 when it does not.\n",
+             f"<details><summary>{name} ({text.count(chr(10))} lines)</summary>\n\n{fenced(text, 'python')}\n"
+             "</details>\n"]
+    if call.get("minimized"):
+        parts.append(f"The shapes were minimised: {_boundary(call['minimized'])}\n")
+    parts += _output(path, call, real_outputs, device)
+    others = [p.rsplit("/", 1)[-1] for p, _, _ in scripts[1:]]
+    if others:
+        parts.append("Other calls of the step with this op, as scripts beside this file: " +
+                     ", ".join(f"`{o}`" for o in others) + ".\n")
+    return parts
+
+
+def _inputs(call: dict) -> str:
+    return ", ".join(f"{t['dtype']}{list(t['shape'])}" for t in call["probe"]["tensors"]) or "no tensors"
+
+
+def _boundary(minimized: dict) -> str:
+    fails, passes = minimized.get("fails_at"), minimized.get("passes_at")
+    text = f"it still fails at input shapes {fails}"
+    sizes = "; ".join(f"size {size} fails at {v['fails']} and passes at {v['passes']}"
+                      for size, v in (minimized.get("sizes") or {}).items())
+    return (text + (f" and passes at {passes}" if passes else "") + f" (originally {minimized.get('original')}"
+            + (f"; {sizes}" if sizes else "") + ").")
+
+
+def _output(path: str, call: dict, real_outputs: dict, device: str) -> list[str]:
+    real = real_outputs.get(path)
+    if real:
+        return [f"Output on {real.get('device')} (exit code {real.get('exit_code')}):\n",
+                fenced(real.get("output", ""))]
+    recorded = (call.get("outcomes") or {}).get(device)
+    if not recorded:
+        return [f"(Not run on {device} yet: paste the script's output here.)\n"]
+    return [f"What opscan's probe recorded on {device} for this call (the script's own output is "
+            "not available):\n", fenced(recorded_text(recorded))]
+
+
+def recorded_text(outcome: dict) -> str:
+    """A recorded outcome in the script's own words."""
+    lines = []
+    if outcome.get("fallback_seen"):
+        lines.append("fallback: PyTorch warned that the op runs on the CPU")
+    if outcome["status"] == "raised":
+        lines.append(f"result: raised {outcome.get('exc_type')}: {outcome.get('message')}")
+    elif outcome["status"] == "ran":
+        within = "within" if outcome.get("within") in (True, None) else "BEYOND"
+        lines.append(f"result: ran; max abs difference {_num(outcome.get('max_abs'))} · max rel difference "
+                     f"{_num(outcome.get('max_rel'))} vs the {outcome.get('reference')} CPU reference: {within}"
+                     + (f": {outcome['detail']}" if outcome.get("detail") else ""))
+    else:
+        lines.append(f"result: {outcome['status']} {outcome.get('signal') or outcome.get('message') or ''}".rstrip())
+    code = outcome.get("expected_exit")
+    lines.append(f"exit code {code}" if code is not None else f"the process {outcome['status']}")
+    return "\n".join(lines)
+
+
+def _num(x) -> str:
+    return "n/a" if x is None else f"{x:.3g}"
+
+
+def _versions(report: dict, device: str, scripts, real_outputs: dict) -> str:
+    env = next((r.get("environment") for p, _, _ in scripts if (r := real_outputs.get(p)) and r.get("environment")),
+               None)
+    if env is None and (report.get("repro") or {}).get("measured_on") == device:
+        envs = (report.get("measurement") or {}).get("environment") or {}
+        env = envs.get("off") or envs.get("on")
+    env = env or {}
+    missing = "fill in: not measured on this device"
+    lines = ["### Versions\n", fenced("Paste the output of `python -m torch.utils.collect_env` here."),
+             "What collect_env does not show for MPS:\n",
+             f"- macOS: {env.get('macos') or missing}",
+             f"- chip: {env.get('chip') or missing}",
+             f"- PYTORCH_ENABLE_MPS_FALLBACK: {env.get('fallback_env') or missing}",
+             f"- torch: {env.get('torch') or (report.get('environment') or {}).get('torch')} "
+             f"(git {env.get('torch_git') or (report.get('environment') or {}).get('torch_git')})"]
+    return "\n".join(lines) + "\n"
