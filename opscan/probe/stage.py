@@ -55,6 +55,8 @@ class Measurement:
 class Session(runner.Observer):
     """Journal (in the report folder) and progress bar for one measured run."""
 
+    probes_here = True  # False: the outcomes come from elsewhere (`opscan merge`), no device is used here
+
     def __init__(self, folder_for: Callable[[str], Path], resume: bool = False, progress=None):
         self.folder_for, self.resume, self.progress = folder_for, resume, progress
         self.journal: Journal | None = None
@@ -97,7 +99,8 @@ class Session(runner.Observer):
 
 def measure(trace, view, options: ProbeOptions, model_name: str, session: Session | None = None) -> Measurement:
     """Plan, run and reconcile the probes of one traced step."""
-    check_device(options.device)
+    if session is None or session.probes_here:
+        check_device(options.device)
     plan = calls.plan(trace, view, options.device, options.max_elements)
     done, envs = session.open(plan, model_name) if session else ({}, {})
     run_options = runner.RunnerOptions(device=options.device, workers=options.workers, timeout=options.timeout,

@@ -1,0 +1,97 @@
+"""Bundle: the files of a bundle, as data (relative path -> bytes); cli.py writes them.
+
+A bundle holds manifest.json, probes.jsonl (one ProbeCall JSON a line, no pickles), src/ (a copy of
+the opscan modules the runner and its workers import: the standard library and torch only, listed in
+VENDORED), run.sh, README.txt and repro/. The manifest lists every other file with its sha256; the
+bundle hash is the sha256 of that list (results.bundle_hash), and every results header carries it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import stat
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from opscan import __version__
+from opscan.bundle import FORMAT, MANIFEST, PROBES, RESULTS
+from opscan.bundle.results import bundle_hash, digest
+from opscan.bundle.templates import README_TXT, RUN_SH
+
+# what the bundle's runner imports, and nothing else: tests/test_bundle.py checks both ways
+PROBE_MODULES = ("runner", "launch", "protocol", "worker", "zygote", "replay", "compare", "backends", "texts",
+                 "shrink", "journal")
+VENDORED = ("opscan/__init__.py", "opscan/errors.py", "opscan/opkey.py", "opscan/probe/__init__.py",
+            *(f"opscan/probe/{m}.py" for m in PROBE_MODULES),
+            "opscan/bundle/__init__.py", "opscan/bundle/remote.py", "opscan/bundle/results.py")
+EXECUTABLE = ("run.sh",)
+
+
+@dataclass(frozen=True)
+class BundleSpec:
+    """What a bundle is made from: the target, the scan flags, the plan and how its probes run."""
+
+    target: str
+    model_name: str
+    scan_argv: tuple[str, ...]
+    plan: object  # opscan.probe.calls.Plan
+    workers: int | None  # None: min(4, cores) of the Mac
+    timeout: float
+    on_pass: str = "when-needed"
+    repro: dict | None = None  # "repro/..." -> text (opscan.repro.render_files), or None
+    repro_timeout: float = 120.0
+
+
+def vendored_sources() -> dict[str, bytes]:
+    """src/...: the runner's modules, read from this installation (op_probes: every module of it)."""
+    import op_probes
+
+    import opscan
+
+    root = Path(opscan.__file__).resolve().parent.parent
+    files = {f"src/{rel}": (root / rel).read_bytes() for rel in VENDORED}
+    probes_root = Path(op_probes.__file__).resolve().parent
+    for path in sorted(probes_root.glob("*.py")):
+        files[f"src/op_probes/{path.name}"] = path.read_bytes()
+    return files
+
+
+def bundle_files(spec: BundleSpec, name: str) -> dict[str, bytes]:
+    """Every file of the bundle (folder `name`), manifest.json included."""
+    plan = spec.plan
+    files = {PROBES: "".join(json.dumps(p.to_dict(), separators=(",", ":"), allow_nan=False) + "\n"
+                             for p in plan.probes).encode()}
+    files.update(vendored_sources())
+    scripts = sorted(k for k in (spec.repro or {}) if k.endswith(".py"))
+    files.update({k: v.encode() for k, v in (spec.repro or {}).items()})
+    words = dict(probes=len(plan.probes), model=spec.model_name, device=plan.device, results=RESULTS, name=name,
+                 target=spec.target, opscan_version=__version__, torch=plan.torch,
+                 torch_release=plan.torch.split("+")[0], repro_timeout=f"{spec.repro_timeout:g}")
+    files["run.sh"] = RUN_SH.format(**words).encode()
+    files["README.txt"] = README_TXT.format(**words).encode()
+    listed = {path: digest(data) for path, data in files.items()}
+    manifest = {
+        "format": FORMAT, "opscan_version": __version__, "target": spec.target, "model_name": spec.model_name,
+        "scan_argv": list(spec.scan_argv), "device": plan.device, "fingerprint": plan.fingerprint,
+        "torch": plan.torch, "probes": len(plan.probes), "max_elements": plan.max_elements,
+        "runner": {"workers": spec.workers, "timeout": spec.timeout, "on_pass": spec.on_pass},
+        "repro": scripts, "repro_timeout": spec.repro_timeout,
+        "files": dict(sorted(listed.items())), "bundle_hash": bundle_hash(listed),
+    }
+    files[MANIFEST] = (json.dumps(manifest, indent=2) + "\n").encode()
+    return files
+
+
+def zip_bytes(files: dict[str, bytes], name: str) -> bytes:
+    """The bundle as a zip whose one top folder is `name` (run.sh keeps its executable bit)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for rel, data in sorted(files.items()):
+            info = zipfile.ZipInfo(f"{name}/{rel}", date_time=(2020, 1, 1, 0, 0, 0))
+            mode = 0o755 if rel in EXECUTABLE else 0o644
+            info.external_attr = (stat.S_IFREG | mode) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, data)
+    return buffer.getvalue()

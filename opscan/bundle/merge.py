@@ -1,0 +1,130 @@
+"""Bundle: fold a finished results file back into the report a direct measured scan would have made.
+
+`merged_report` re-traces the target with the bundle's own scan flags, re-plans its probes, requires the
+bundle's plan fingerprint (same torch, opscan and model), and runs the ordinary `scan()` with a
+`ReplaySession` whose outcomes are the results file's: nothing is probed here, and the report is built by
+the same code as `opscan TARGET --probe --device D`'s. The target must import where merge runs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from opscan.bundle import FORMAT, MANIFEST, PROBES
+from opscan.bundle.results import Results, bundle_hash, digest
+from opscan.errors import OpscanError
+from opscan.probe.stage import Session
+
+
+class BundleError(OpscanError):
+    """A bundle folder that cannot be used, or a target that no longer traces as it did."""
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A bundle folder as merge sees it: its manifest, hash and probe calls."""
+
+    folder: Path
+    manifest: dict
+    hash: str
+    probes: tuple
+
+    @property
+    def on_pass(self) -> str:
+        """Which probes get the fallback-on pass (the runner's option)."""
+        return self.manifest["runner"]["on_pass"]
+
+
+def load_bundle(folder: Path) -> Bundle:
+    """Read a bundle folder; its probes must be the ones its manifest lists."""
+    from opscan.probe.protocol import ProbeCall
+
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        probes_data = (folder / PROBES).read_bytes()
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BundleError(f"{folder} is not an opscan bundle ({exc}) — pass --bundle with the folder "
+                          "`opscan bundle -o` wrote") from None
+    if manifest.get("format") != FORMAT or "files" not in manifest:
+        raise BundleError(f"{folder}/{MANIFEST} is not a bundle manifest of format {FORMAT} — make the bundle "
+                          "again with this opscan")
+    if bundle_hash(manifest["files"]) != manifest.get("bundle_hash") or \
+            digest(probes_data) != manifest["files"].get(PROBES):
+        raise BundleError(f"{folder} was modified after it was made (its hash does not match) — unpack the bundle "
+                          "again, or make a new one")
+    probes = tuple(ProbeCall.from_dict(json.loads(line)) for line in probes_data.decode().splitlines() if line)
+    return Bundle(folder, manifest, manifest["bundle_hash"], probes)
+
+
+class ReplaySession(Session):
+    """A probe session whose outcomes come from a results file: it opens nothing and runs nothing."""
+
+    probes_here = False
+
+    def __init__(self, results: Results, fingerprint: str, journal_name: str):
+        super().__init__(lambda _name: Path("."))
+        self.results, self.fingerprint, self.journal_name = results, fingerprint, journal_name
+
+    def open(self, plan, model_name: str) -> tuple[dict, dict]:
+        """The results' outcomes and pass environments, for a plan equal to the bundle's."""
+        if plan.fingerprint != self.fingerprint:
+            raise BundleError(f"the target traced differently from the bundle (plan {plan.fingerprint}, bundle "
+                              f"{self.fingerprint}) — same torch/opscan/model needed: merge where the bundle was made")
+        self.name = self.journal_name
+        return dict(self.results.outcomes), dict(self.results.environments)
+
+    def pass_started(self, pass_name: str, total: int) -> None:
+        """Never reached for a complete results file: merge probes nothing."""
+        raise BundleError(f"{total} probes of pass {pass_name} have no outcome in the results — rerun ./run.sh on "
+                          "the Mac and copy results/results.jsonl again")
+
+
+def scan_options(args, probe, target: str | None = None):
+    """ScanOptions from parsed scan flags (as `opscan TARGET ...` builds them) with these probe options."""
+    from opscan.inputs import parse_arg
+    from opscan.scan import ScanOptions
+
+    return ScanOptions(target or args.target, tuple(args.input), dict(parse_arg(a) for a in args.arg),
+                       inference=args.inference, dtype=args.dtype, fx=not args.no_fx, fake=args.fake,
+                       auto_fake=not args.no_fake, torch_version=args.torch_version, macos=args.macos, probe=probe,
+                       memory=not args.no_memory, repro=args.repro)
+
+
+def merged_report(bundle: Bundle, results: Results, target: str | None = None):
+    """The measured Report of the bundle's target, its outcomes taken from `results` (validated)."""
+    from opscan.bundle.cli import bundle_parser
+    from opscan.probe.stage import ProbeOptions
+    from opscan.scan import scan
+
+    manifest, header = bundle.manifest, results.header
+    args = bundle_parser().parse_args(manifest["scan_argv"])
+    probe = ProbeOptions(device=manifest["device"], max_elements=manifest["max_elements"],
+                         workers=header["workers"], timeout=header["timeout_s"], isolation=header["isolation"],
+                         on_pass=header["on_pass"])
+    session = ReplaySession(results, manifest["fingerprint"], "results.jsonl")
+    return scan(scan_options(args, probe, target), session)
+
+
+def differences(report) -> list[str]:
+    """One line per row whose measured verdict differs from its prediction."""
+    found = (report.extra.get("measurement") or {}).get("disagreements") or []
+    return [f"≠ {d['op']} [{','.join(d['dtypes'])}]: predicted {d['predicted']}, measured {d['measured']}"
+            for d in found]
+
+
+def real_outputs(results: Results) -> dict:
+    """What each repro script printed on the Mac, for opscan.repro.render_files."""
+    return {script: {"device": line.get("device"), "exit_code": line.get("exit_code"), "output": line.get("output"),
+                     "environment": line.get("environment")} for script, line in results.repro.items()}
+
+
+def repro_files(report, device: str, outputs: dict | None = None) -> dict[str, str]:
+    """opscan.repro.render_files of the report: a script per finding call and an ISSUE.md per op, with the
+    real outputs when given ({} for a report without a `repro` section)."""
+    from opscan.repro import render_files
+
+    if "repro" not in report.extra:
+        return {}
+    return render_files(report.to_dict(), device=device, real_outputs=outputs)

@@ -1,0 +1,184 @@
+"""Bundle (runs on the Mac): `python -m opscan.bundle.remote BUNDLE` — a bundle's probes, both fallback
+passes, then its repro scripts, into BUNDLE/results/results.jsonl (format: results.py).
+
+run.sh starts it with the bundle's src/ first on PYTHONPATH: this module, the runner and the workers
+need only the standard library and torch, and every opscan module they load comes from the bundle
+(the `runner` line of the results lists them). A rerun resumes: the torn last line is dropped, no probe
+or repro script runs twice, and a finished file is left as it is. Progress goes to stderr (run.sh sends
+it to results/logs/run.log); exit 0 when the results are complete, 2 when the bundle cannot be run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from opscan import __version__
+from opscan.bundle import MANIFEST, PROBES, RESULTS
+from opscan.bundle.results import VERSION, digest, parse_lines
+from opscan.errors import OpscanError
+from opscan.probe.protocol import PassOutcome, ProbeCall
+from opscan.probe.runner import FALLBACK_VAR, Observer, RunnerOptions, isolation_for, run_probes
+
+OUTPUT_LIMIT = 20000  # characters of a repro script's output kept (the end of it)
+
+
+class BundleRunError(OpscanError):
+    """The bundle cannot be run here (modified files, results of another bundle, a bad results line)."""
+
+
+class ResultsWriter(Observer):
+    """The results journal: opened fresh or resumed; every record flushed and fsynced."""
+
+    def __init__(self, path: Path, header: dict):
+        self.path, self.header = path, header
+        data = path.read_bytes() if path.is_file() else b""
+        entries, size, bad = parse_lines(data)
+        if bad is not None:
+            raise BundleRunError(f"{path}: line {bad} is not JSON — move results/ away to start over")
+        if entries and entries[0].get("bundle") != header["bundle"]:
+            raise BundleRunError(f"{path} holds another bundle's results — move results/ away to start over")
+        self.fresh, self.complete = not entries, bool(entries) and entries[-1].get("kind") == "end"
+        self.done = {(e["probe"], e["pass_name"]): PassOutcome.from_dict({k: v for k, v in e.items() if k != "kind"})
+                     for e in entries if e.get("kind") == "outcome"}
+        self.environments = {e["pass"]: e["environment"] for e in entries if e.get("kind") == "environment"}
+        self.repro = {e["script"] for e in entries if e.get("kind") == "repro"}
+        self.counts = {"off": 0, "on": 0}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "ab")  # noqa: SIM115 - held for the whole run
+        self._file.truncate(size)
+        if self.fresh:
+            self.write({"kind": "header", "journal": 1, **header})
+
+    def write(self, entry: dict) -> None:
+        """Append one record; it survives a kill once this returns."""
+        self._file.write(json.dumps(entry, separators=(",", ":")).encode() + b"\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def pass_started(self, pass_name: str, total: int) -> None:
+        """Log the pass."""
+        print(f"opscan bundle: pass {pass_name}: {total} probes to run", file=sys.stderr, flush=True)
+
+    def outcome(self, outcome: PassOutcome) -> None:
+        """Journal one outcome; log progress every 25."""
+        self.write({"kind": "outcome", **outcome.to_dict()})
+        self.counts[outcome.pass_name] += 1
+        if self.counts[outcome.pass_name] % 25 == 0 or outcome.status != "ran":
+            print(f"opscan bundle: {outcome.pass_name} {self.counts[outcome.pass_name]} done; {outcome.probe} "
+                  f"{outcome.status}", file=sys.stderr, flush=True)
+
+    def environment(self, pass_name: str, record: dict) -> None:
+        """Journal a pass's environment record."""
+        self.write({"kind": "environment", "pass": pass_name, "environment": record})
+
+    def finish(self, counts: dict) -> None:
+        """The end line: counts and the digest of everything before it."""
+        self._file.close()
+        body = self.path.read_bytes()
+        self._file = open(self.path, "ab")  # noqa: SIM115
+        self.write({"kind": "end", "counts": counts, "digest": digest(body)})
+        self._file.close()
+
+
+def check_files(bundle: Path, manifest: dict) -> None:
+    """Refuse a bundle whose probes or runner changed since it was made."""
+    for rel, sha in manifest["files"].items():
+        if rel == PROBES or rel.startswith("src/"):
+            path = bundle / rel
+            if not path.is_file() or digest(path.read_bytes()) != sha:
+                raise BundleRunError(f"{rel} differs from the bundle's manifest — unpack the bundle again")
+
+
+def loaded_modules(bundle: Path) -> dict:
+    """Every opscan/op_probes module loaded in this process, with its file relative to the bundle."""
+    out = {}
+    for name, module in sorted(sys.modules.items()):
+        if name.split(".")[0] in ("opscan", "op_probes") and getattr(module, "__file__", None):
+            path = Path(module.__file__).resolve()
+            out[name] = str(path.relative_to(bundle)) if path.is_relative_to(bundle) else str(path)
+    return out
+
+
+def host_files(bundle: Path) -> dict:
+    """The environment run.sh recorded (results/env/*.txt), by name."""
+    folder = bundle / "results" / "env"
+    return {p.stem: p.read_text(errors="replace")[-OUTPUT_LIMIT:] for p in sorted(folder.glob("*.txt"))}
+
+
+def run_repro(bundle: Path, script: str, timeout: float, environment: dict | None) -> dict:
+    """Run one repro script with a limit; its output (stdout and stderr) and exit code as a record."""
+    env = {k: v for k, v in os.environ.items() if k not in (FALLBACK_VAR, "PYTHONPATH")}
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, script], cwd=bundle, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        output, code = proc.communicate(timeout=timeout)[0], proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, code = proc.communicate()[0] + f"\n[opscan: killed after {timeout:g} s]\n".encode(), None
+    text = output.decode(errors="replace")[-OUTPUT_LIMIT:]
+    return {"kind": "repro", "script": script, "exit_code": code, "output": text,
+            "duration": round(time.monotonic() - start, 3), "device": environment and environment.get("device"),
+            "environment": environment}
+
+
+def header(manifest: dict, options: RunnerOptions) -> dict:
+    """The results header: the bundle hash and plan fingerprint it belongs to, and how probes ran."""
+    return {"results": VERSION, "bundle": manifest["bundle_hash"], "fingerprint": manifest["fingerprint"],
+            "device": manifest["device"], "probes": manifest["probes"], "opscan_version": __version__,
+            "workers": options.workers, "timeout_s": options.timeout, "on_pass": options.on_pass,
+            "isolation": isolation_for(options)}
+
+
+def run(bundle: Path, workers: int | None) -> int:
+    """Probe, run the repro scripts, write the end line; 0 when the results are complete."""
+    manifest = json.loads((bundle / MANIFEST).read_text())
+    check_files(bundle, manifest)
+    probes = [ProbeCall.from_dict(json.loads(line)) for line in (bundle / PROBES).read_text().splitlines() if line]
+    spec = manifest["runner"]
+    options = RunnerOptions(device=manifest["device"], workers=workers or spec["workers"] or min(4, os.cpu_count()
+                            or 1), timeout=spec["timeout"], on_pass=spec["on_pass"],
+                            log_path=str(bundle / "results" / "logs" / "workers.log"))
+    writer = ResultsWriter(bundle / RESULTS, header(manifest, options))
+    if writer.complete:
+        print(f"opscan bundle: {RESULTS} is already complete — copy it back and run `opscan merge`", file=sys.stderr)
+        return 0
+    writer.write({"kind": "runner", "python": sys.executable, "resumed": len(writer.done),
+                  "modules": loaded_modules(bundle)})
+    if writer.fresh:
+        writer.write({"kind": "host", "files": host_files(bundle)})
+    result = run_probes(probes, options, writer.done, writer, writer.environments)
+    environment = result.environments.get("off")
+    for script in manifest.get("repro", []):
+        if script not in writer.repro:
+            print(f"opscan bundle: running {script}", file=sys.stderr, flush=True)
+            writer.write(run_repro(bundle, script, manifest.get("repro_timeout", 120), environment))
+    writer.finish({"probes": len(probes), "off": len(result.off), "on": len(result.on), "reused": result.reused,
+                   "repro": len(manifest.get("repro", []))})
+    print(f"opscan bundle: done — {RESULTS} is complete; copy it back and run `opscan merge`", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point (run.sh)."""
+    parser = argparse.ArgumentParser(prog="python -m opscan.bundle.remote")
+    parser.add_argument("bundle", help="the bundle folder (holds manifest.json)")
+    parser.add_argument("--workers", type=int, help="probe processes per pass (default: the bundle's, else min(4, "
+                                                    "cores))")
+    ns = parser.parse_args(argv)
+    try:
+        return run(Path(ns.bundle).resolve(), ns.workers)
+    except OpscanError as exc:
+        print(f"opscan bundle: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Bundle: the results journal a bundle's run writes on the Mac, and its validation before a merge.
+
+`results/results.jsonl`, one JSON object a line, each flushed and fsynced as it is written:
+
+    {"kind": "header", "journal": 1, "results": 1, "bundle": HASH, "fingerprint": FP, "device": "mps", ...}
+    {"kind": "runner", ...}        every start of run.sh: the runner's modules (all from the bundle's src/)
+    {"kind": "host", "files": {}}  the environment run.sh recorded in results/env/ (first start only)
+    {"kind": "environment", "pass": "off", "environment": {...}}      a pass's worker record
+    {"kind": "outcome", ...}       one PassOutcome per probe and pass, as they arrive
+    {"kind": "repro", "script": "repro/...", "exit_code": 0, "output": "...", "environment": {...}}
+    {"kind": "end", "counts": {...}, "digest": "<sha256 of every byte before this line>"}
+
+A killed run leaves no `end` line (and maybe a torn last line); rerunning run.sh drops the torn line,
+keeps every finished outcome and appends the rest. Stdlib only: vendored into every bundle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from opscan.errors import OpscanError
+from opscan.probe.protocol import PassOutcome, ProtocolError
+
+VERSION = 1
+AGAIN = "copy results/results.jsonl from the Mac again, or rerun ./run.sh there (it resumes)"
+
+
+class ResultsError(OpscanError):
+    """A results file that cannot be merged: corrupted, foreign, tampered or truncated."""
+
+
+def digest(data: bytes) -> str:
+    """sha256 hex of bytes (the `end` line's digest, file hashes)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def bundle_hash(files: dict) -> str:
+    """The bundle's identity: sha256 over its manifest's file list (path -> sha256), sorted by path."""
+    return digest("".join(f"{sha}  {path}\n" for path, sha in sorted(files.items())).encode())
+
+
+def parse_lines(data: bytes) -> tuple[list[dict], int, int | None]:
+    """(entries of the complete lines, byte length of the part read, number of the first bad line or None).
+
+    A last line without its newline (the run was killed mid-write) is torn: left out, not bad."""
+    valid = data[: data.rfind(b"\n") + 1]
+    entries: list[dict] = []
+    for number, raw in enumerate(valid.splitlines(), 1):
+        try:
+            entry = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return entries, len(valid), number
+        if not isinstance(entry, dict) or not isinstance(entry.get("kind"), str):
+            return entries, len(valid), number
+        entries.append(entry)
+    return entries, len(valid), None
+
+
+def needed(probes, off: dict, on_pass: str) -> set[tuple[str, str]]:
+    """The (probe id, pass) pairs a finished run holds: every off pass, and the on passes the runner runs."""
+    pairs = {(p.id, "off") for p in probes}
+    for p in probes:
+        status = off[p.id].status if p.id in off else None
+        if status == "raised" or (on_pass == "always" and status not in (None, "unbuildable")):
+            pairs.add((p.id, "on"))
+    return pairs
+
+
+@dataclass(frozen=True)
+class Results:
+    """A validated results file: outcomes keyed (probe, pass), pass environments, host files, repro runs."""
+
+    header: dict
+    outcomes: dict
+    environments: dict
+    host: dict
+    repro: dict  # script path -> its repro line
+    end: dict
+
+
+def load(path: Path, bundle: str, probes, on_pass: str) -> Results:
+    """Read and validate a finished results file of the bundle whose hash is `bundle`; ResultsError if not."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ResultsError(f"cannot read results file {path}: {exc.strerror or exc} — pass results/results.jsonl "
+                           "as the bundle's run.sh wrote it") from None
+    entries, size, bad = parse_lines(data)
+    if bad is not None:
+        raise ResultsError(f"corrupted results file {path}: line {bad} is not a JSON record — {AGAIN}")
+    header = entries[0] if entries else {}
+    if header.get("kind") != "header" or header.get("results") != VERSION:
+        raise ResultsError(f"corrupted results file {path}: it does not start with an opscan results header "
+                           f"(version {VERSION}) — pass the results/results.jsonl a bundle's run.sh wrote")
+    if header.get("bundle") != bundle:
+        raise ResultsError(f"foreign results file {path}: it comes from bundle {str(header.get('bundle'))[:12]}, "
+                           f"not this one ({bundle[:12]}) — merge it with --bundle pointing at the bundle it ran")
+    end = entries[-1]
+    if end.get("kind") != "end" or size != len(data):
+        raise ResultsError(f"truncated results file {path}: the run did not finish (no end line) — rerun ./run.sh "
+                           "on the Mac (it resumes where it stopped), then copy results/results.jsonl again")
+    body = data[: data.rfind(b"\n", 0, len(data) - 1) + 1]
+    if end.get("digest") != digest(body):
+        raise ResultsError(f"tampered results file {path}: its digest does not match its content (edited after "
+                           f"the run) — {AGAIN}")
+    return _collect(path, entries, probes, on_pass)
+
+
+def _collect(path, entries: list[dict], probes, on_pass: str) -> Results:
+    outcomes, envs, host, repro = {}, {}, {}, {}
+    for number, entry in enumerate(entries, 1):
+        kind = entry.get("kind")
+        if kind == "outcome":
+            try:
+                outcome = PassOutcome.from_dict({k: v for k, v in entry.items() if k != "kind"})
+            except (ProtocolError, TypeError) as exc:
+                raise ResultsError(f"corrupted results file {path}: line {number} is not a probe outcome "
+                                   f"({str(exc)[:120]}) — {AGAIN}") from None
+            outcomes[(outcome.probe, outcome.pass_name)] = outcome
+        elif kind == "environment":
+            envs[entry.get("pass")] = entry.get("environment")
+        elif kind == "host":
+            host = entry.get("files") or {}
+        elif kind == "repro":
+            repro[entry.get("script")] = entry
+    off = {probe: o for (probe, pass_name), o in outcomes.items() if pass_name == "off"}
+    missing = sorted(needed(probes, off, on_pass) - set(outcomes))
+    if missing:
+        raise ResultsError(f"truncated results file {path}: {len(missing)} probe outcomes are missing (first: "
+                           f"{missing[0][0]}, pass {missing[0][1]}) — rerun ./run.sh on the Mac, then copy it again")
+    return Results(entries[0], outcomes, envs, host, repro, entries[-1])

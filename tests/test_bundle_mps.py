@@ -1,0 +1,55 @@
+"""A bundle for MPS, made on this Linux machine and run by run.sh on the SIMULATED MPS backend (tests/simulated_mps,
+tests only): both fallback passes reach the results, the repro scripts of the predicted findings run after the
+probes with their output and exit code journaled, and merge — with no MPS here — gives a measured report whose
+differences from the prediction are printed first and whose ISSUE.md files show the real outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from opscan.cli import main
+
+from conftest import TARGETS
+
+TESTS = Path(__file__).resolve().parent
+TARGET = f"{TARGETS}/fallback_heavy.py:build_model"
+
+
+def test_mps_bundle_on_the_simulated_backend_merges_measured_with_differences_first(tmp_path, capsys):
+    bundle = tmp_path / "bundle"
+    assert main(["bundle", TARGET, "--workers", "1", "-o", str(bundle), "-q"]) == 0  # --device mps is the default
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["device"] == "mps" and manifest["repro"] and all(s.startswith("repro/") for s in manifest["repro"])
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"default": "native", "ops": {"aten::take": "unsupported"}}))
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_ENABLE_MPS_FALLBACK"}
+    env.update(PYTHON=sys.executable, OPSCAN_SKIP_COLLECT_ENV="1", OPSCAN_PROBE_BACKEND="simulated_mps",
+               OPSCAN_SIM_MPS_SCRIPT=str(script), PYTHONPATH=str(TESTS))  # tests/: the simulator, no opscan
+    run = subprocess.run(["bash", str(bundle / "run.sh")], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr + (bundle / "results/logs/run.log").read_text()
+    lines = [json.loads(raw) for raw in (bundle / "results/results.jsonl").read_text().splitlines()]
+    passes = {e["pass_name"] for e in lines if e["kind"] == "outcome"}
+    envs = {e["pass"]: e["environment"]["fallback_env"] for e in lines if e["kind"] == "environment"}
+    assert passes == {"off", "on"} and envs == {"off": "unset", "on": "1"}
+    repro = [e for e in lines if e["kind"] == "repro"]
+    assert [e["script"] for e in repro] == manifest["repro"] and all(e["output"] for e in repro)
+    assert all(isinstance(e["exit_code"], int) for e in repro)
+
+    capsys.readouterr()
+    merged = tmp_path / "merged"
+    assert main(["merge", str(bundle / "results/results.jsonl"), "-o", str(merged), "-f", "json", "-q"]) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert report["mode"] == "measured" and report["measurement"]["passes"]["on"]["probes"] > 0
+    first = err.splitlines()
+    # take's backward (put_) is predicted unsupported; the simulator runs every op but take natively
+    assert first[:2] == ["predicted vs measured: 1 rows differ",
+                         "≠ aten::put_ [float32,int64,float32]: predicted unsupported, measured native"], err
+    take = [r for r in report["ops"] if r["op"] == "aten::take"]
+    assert take and all(r["verdict"] == "unsupported" and r["source"] == "measured" for r in take)
+    issues = list(merged.glob("repro/*/ISSUE.md"))
+    assert issues and any(repro[0]["output"].strip().splitlines()[-1] in p.read_text() for p in issues)
