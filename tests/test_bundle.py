@@ -199,3 +199,17 @@ def test_a_modified_bundle_is_refused_on_the_mac_and_by_merge(trip, tmp_path, ca
                           env={**os.environ, "PYTHONPATH": str(copy / "src")})
     assert proc.returncode == 2 and "probes.jsonl differs from the bundle's manifest" in proc.stderr
     assert "modified after it was made" in _refused(trip["results"], capsys, "--bundle", str(copy))
+
+
+def test_a_bundle_for_a_device_this_machine_lacks_is_refused_before_any_result(trip, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(trip["bundle"], copy, ignore=shutil.ignore_patterns("results"))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["device"] = "mps"  # check_device runs after check_files, which does not hash the manifest itself
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    env = {k: v for k, v in os.environ.items() if k not in ("OPSCAN_PROBE_BACKEND",)}
+    proc = subprocess.run([sys.executable, "-m", "opscan.bundle.remote", str(copy)], capture_output=True, text=True,
+                          env={**env, "PYTHONPATH": str(copy / "src")})
+    assert proc.returncode == 2, proc.stderr
+    assert "this bundle probes on mps, which torch" in proc.stderr and "run it on a Mac" in proc.stderr
+    assert not (copy / "results" / "results.jsonl").exists()

@@ -23,7 +23,7 @@ from opscan import __version__
 from opscan.bundle import MANIFEST, PROBES, RESULTS
 from opscan.bundle.results import VERSION, digest, parse_lines
 from opscan.errors import OpscanError
-from opscan.probe.protocol import PassOutcome, ProbeCall
+from opscan.probe.protocol import PLUGIN_ENV, PassOutcome, ProbeCall
 from opscan.probe.runner import FALLBACK_VAR, Observer, RunnerOptions, isolation_for, run_probes
 
 OUTPUT_LIMIT = 20000  # characters of a repro script's output kept (the end of it)
@@ -129,6 +129,21 @@ def run_repro(bundle: Path, script: str, timeout: float, environment: dict | Non
             "environment": environment}
 
 
+def check_device(device: str) -> None:
+    """Refuse, before writing any result, a device this machine cannot probe on (a bundle for MPS run off a Mac
+    would otherwise record every probe's failure as an outcome)."""
+    if os.environ.get(PLUGIN_ENV):  # a simulated device (tests)
+        return
+    import torch
+
+    usable = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
+    if not usable.get(device, False):
+        hint = ("a Mac with Apple Silicon and a torch built for MPS (macOS 14 or newer from torch 2.9)"
+                if device == "mps" else f"a machine where torch {torch.__version__} can use {device}")
+        raise BundleRunError(f"this bundle probes on {device}, which torch {torch.__version__} cannot use here — "
+                             f"run it on {hint}")
+
+
 def header(manifest: dict, options: RunnerOptions) -> dict:
     """The results header: the bundle hash and plan fingerprint it belongs to, and how probes ran."""
     return {"results": VERSION, "bundle": manifest["bundle_hash"], "fingerprint": manifest["fingerprint"],
@@ -141,6 +156,7 @@ def run(bundle: Path, workers: int | None) -> int:
     """Probe, run the repro scripts, write the end line; 0 when the results are complete."""
     manifest = json.loads((bundle / MANIFEST).read_text())
     check_files(bundle, manifest)
+    check_device(manifest["device"])
     probes = [ProbeCall.from_dict(json.loads(line)) for line in (bundle / PROBES).read_text().splitlines() if line]
     spec = manifest["runner"]
     options = RunnerOptions(device=manifest["device"], workers=workers or spec["workers"] or min(4, os.cpu_count()
