@@ -1,0 +1,212 @@
+"""Accept stage (engine): the acceptance run — target against reference, round trip, lane, verdict.
+
+1. Load TARGET with real tensors on the CPU after torch.manual_seed(seed) (and once more, the same way,
+   for the fresh model the checkpoint is reloaded into).
+2. Run it on the target device (`--dtype` applies here) and on the reference (float32, the truth), each
+   from a copy of the one CPU-built model, inside the placement recorder; the target saves its checkpoint
+   and both reload it and continue one step (checkpoint.py).
+3. Compare (compare.py), name the first divergence, decide the measured lane (lane.py) beside the
+   predicted one, and the exit code per --fail-on-lane.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from opscan.accept import checkpoint as ckpt
+from opscan.accept.compare import Comparison, compare_runs, first_divergence
+from opscan.accept.hooks import numerics
+from opscan.accept.run import DeviceRun, prepare, run_device
+from opscan.accept.spec import AcceptSpec
+from opscan.errors import ExitCode, OpscanError
+
+LANES = ("mac-first", "dual-track", "linux-gpu-first")
+
+
+class AcceptDeviceError(OpscanError):
+    """The target or reference device is not available here."""
+
+
+@dataclass(frozen=True)
+class AcceptOptions:
+    """What `opscan accept` was asked to do."""
+
+    target: str
+    args: dict = field(default_factory=dict)
+    inputs: tuple[str, ...] = ()
+    device: str = "mps"
+    reference: str = "cpu"
+    dtype: str = "float32"
+    spec: AcceptSpec = field(default_factory=AcceptSpec)
+    allow_tf32: bool = False
+    perturb: tuple[str, float] | None = None
+    fail_on_lane: str = "linux-gpu-first"
+    report: str | None = None  # a scan's report.json for the predicted lane
+
+
+@dataclass(frozen=True)
+class AcceptResult:
+    """Everything the acceptance run found (the package and the console table are pure functions of it)."""
+
+    options: AcceptOptions
+    model_name: str
+    comparisons: tuple[Comparison, ...]
+    round_trip: tuple[Comparison, ...]
+    target_run: DeviceRun
+    reference_run: DeviceRun
+    checkpoint: bytes
+    lane: Any  # opscan.report.Lane
+    predicted: dict | None
+    choices: dict[str, Any]
+    step_bytes: int
+
+    @property
+    def first_divergence(self) -> Comparison | None:
+        """The first comparison of the run beyond tolerance."""
+        return first_divergence(self.comparisons)
+
+    @property
+    def round_trip_failure(self) -> Comparison | None:
+        """The first round-trip comparison beyond tolerance."""
+        return first_divergence(self.round_trip)
+
+    @property
+    def failures(self) -> tuple[str, ...]:
+        """One line per failure: the first divergence, the round trip's first failure."""
+        lines = []
+        if self.first_divergence is not None:
+            lines.append(f"first divergence: {self.first_divergence.line()}")
+        if self.round_trip_failure is not None:
+            lines.append(f"checkpoint round trip fails: {self.round_trip_failure.line()}")
+        return tuple(lines)
+
+    @property
+    def exit_code(self) -> int:
+        """1 on any failure or a lane at or beyond --fail-on-lane, else 0."""
+        failing = bool(self.failures) or LANES.index(self.lane.name) >= LANES.index(self.options.fail_on_lane)
+        return int(ExitCode.FINDINGS if failing else ExitCode.OK)
+
+
+def check_device(name: str, flag: str) -> None:
+    """A one-line AcceptDeviceError when the device cannot be used here."""
+    available = {"cpu": lambda: True, "cuda": torch.cuda.is_available, "mps": torch.backends.mps.is_available}
+    kind = name.split(":")[0]
+    if kind not in available:
+        raise AcceptDeviceError(f"{flag} {name!r} is not one of cpu, cuda, mps — pick one of them")
+    if not available[kind]():
+        raise AcceptDeviceError(f"{flag} {name}: {kind} is not available on this machine — run on a machine "
+                                f"that has it (mps: a Mac; cuda: a GPU machine), or pass {flag} cpu")
+
+
+def accept(options: AcceptOptions) -> AcceptResult:
+    """Run the acceptance (see the module docstring)."""
+    from opscan.trace.guard import user_step
+
+    check_device(options.device, "--device")
+    check_device(options.reference, "--reference")
+    if options.report:
+        _predicted(options, "")  # a --report that is not a scan's report fails before the run
+    spec = options.spec
+    with numerics(options.allow_tf32):
+        target, fresh = _load(options), _load(options).model
+        with user_step(options.target):
+            target_run, reference_run, blob = _both(options, target, fresh)
+    comparisons = compare_runs(target_run, reference_run, spec)
+    original = next(c for c in target_run.checkpoint if c.side == "original")
+    reloaded = (*(c for c in target_run.checkpoint if c.side != "original"), *reference_run.checkpoint)
+    persistent = set(target.model.state_dict())
+    round_trip = ckpt.compare_round_trip(original, reloaded, options.dtype, spec, persistent)
+    step_bytes = _step_bytes(target, target_run)
+    result = AcceptResult(options, target.name, comparisons, round_trip, target_run, reference_run, blob,
+                          None, _predicted(options, target.name), _choices(options, target_run), step_bytes)
+    return _with_lane(result)
+
+
+def _load(options: AcceptOptions):
+    """The target with real tensors, built on the CPU after seeding."""
+    from opscan.inputs import parse_input
+    from opscan.target import load_target
+
+    torch.manual_seed(options.spec.seed)
+    return load_target(options.target, options.args, [parse_input(t) for t in options.inputs])
+
+
+def _both(options: AcceptOptions, target, fresh) -> tuple[DeviceRun, DeviceRun, bytes]:
+    """The target's run (it saves the checkpoint), then the reference's (it reloads it)."""
+    from opscan.accept.placement import PlacementRecorder
+
+    spec, n = options.spec, options.spec.iterations
+    saved: dict[str, bytes] = {}
+
+    def after_target(session):
+        saved["blob"] = ckpt.save(session)
+        original = ckpt.continue_original(session, n + 1)
+        again = ckpt.fresh_session(target, fresh, session.device, session.dtype)
+        return (original, ckpt.reload_and_continue(saved["blob"], again, "target", n + 1))
+
+    def after_reference(session):
+        again = ckpt.fresh_session(target, fresh, session.device, session.dtype)
+        return (ckpt.reload_and_continue(saved["blob"], again, "reference", n + 1),)
+
+    mine = prepare(target, options.device, options.dtype, perturb=options.perturb)
+    target_run = run_device(mine, n, spec.seed, PlacementRecorder(mine.model, options.device), after_target)
+    theirs = prepare(target, options.reference, "float32")
+    reference_run = run_device(theirs, n, spec.seed, PlacementRecorder(theirs.model, options.reference),
+                               after_reference)
+    return target_run, reference_run, saved["blob"]
+
+
+def _with_lane(result: AcceptResult) -> AcceptResult:
+    from dataclasses import replace
+
+    from opscan.accept.lane import measured_lane
+
+    return replace(result, lane=measured_lane(result.failures, result.target_run.placement, result.step_bytes))
+
+
+def _step_bytes(target, run: DeviceRun) -> int:
+    """Parameters and buffers of the model plus the activations of the first forward (module outputs)."""
+    model = target.model
+    state = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    return state + run.activation_bytes
+
+
+def _choices(options: AcceptOptions, run: DeviceRun) -> dict[str, Any]:
+    """What was chosen for the run, said in the result and the package."""
+    dropout = run.dropout
+    return {
+        "seed": options.spec.seed,
+        "iterations": options.spec.iterations,
+        "target_dtype": options.dtype,
+        "reference_dtype": "float32",
+        "dropout": (f"disabled on both devices: {dropout['modules']} dropout module(s) set to p=0 and "
+                    f"{dropout['functional_calls']} functional dropout call(s) forced to p=0 (identical masks "
+                    "cannot be drawn from two devices' own generators)"),
+        "tf32": "allowed (--allow-tf32)" if options.allow_tf32 else "off (cuda matmul and cuDNN)",
+        "deterministic": "cuDNN deterministic, benchmark off, float32 matmul precision "
+                         + ("high" if options.allow_tf32 else "highest"),
+        "initial_weights": "built once on the CPU after torch.manual_seed(seed), copied to both devices",
+        "perturb": (f"{options.perturb[0]} += {options.perturb[1]:g} on the target only (self-test)"
+                    if options.perturb else None),
+    }
+
+
+def _predicted(options: AcceptOptions, model_name: str) -> dict | None:
+    """The predicted lane of a scan's report.json (--report, else reports/<model>/report.json), json only."""
+    path = options.report or os.path.join("reports", model_name, "report.json")
+    if not os.path.isfile(path):
+        if options.report:
+            raise OpscanError(f"--report {path!r} does not exist — pass a scan's report.json or leave --report out")
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lane = json.load(handle)["lane"]
+        return {"name": lane["name"], "reasons": list(lane.get("reasons", [])), "report": path}
+    except (OSError, ValueError, KeyError, TypeError):
+        raise OpscanError(f"{path} is not a scan's report.json (no lane in it) — rerun the scan or pass "
+                          "another --report") from None
