@@ -83,7 +83,8 @@ def test_lane_printed_with_reasons():
     lines = wide(report())
     at = lines.index("Lane (predicted): dual-track")
     # the lane names the deciding rows; their evidence is in "Why, and what to do" above
-    assert lines[at + 1:] == [
+    end = next(i for i, line in enumerate(lines) if line.startswith("Next:"))
+    assert lines[at + 1:end] == [
         "  - aten::upsample_bicubic2d.out [float32] is cpu_fallback",
         "  - aten::add.Tensor [float64×2] is unsupported_dtype",
     ]
@@ -176,3 +177,13 @@ def test_table_shows_the_transfers_per_step_and_the_costliest_calls():
 def test_table_has_no_transfer_line_when_nothing_crosses():
     quiet = {"step": {"bytes": 0, "syncs": 0, "d2h_bytes": 0, "h2d_bytes": 0}, "ranking": []}
     assert not any(line.startswith("CPU<->MPS") for line in wide(replace(report(), transfers=quiet)))
+
+
+def test_table_ends_with_the_next_step():
+    predicted = wide(report())
+    tail = " ".join(predicted[next(i for i, line in enumerate(predicted) if line.startswith("Next:")):])
+    assert tail == ("Next: these verdicts are predicted. On a Mac, `opscan TARGET` measures every call and `opscan "
+                    "accept TARGET` runs the real step against the CPU; `opscan bundle TARGET` packs the probes for a "
+                    "Mac you reach over SSH. `--repro` writes a standalone script and an ISSUE.md for each finding.")
+    measured = wide(replace(report(), mode="measured", extra={"repro": {"findings": []}}))
+    assert not any(line.startswith(("Next:", "`--repro`")) for line in measured)

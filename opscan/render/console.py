@@ -59,6 +59,7 @@ def render_table(report: Report, *, verbose: bool = False, tree: bool = False, w
         if text:
             console.print(text, overflow="fold")
     console.print(_lane(report))
+    console.print(_next(report), overflow="fold")
     return buf.getvalue()
 
 
@@ -262,3 +263,15 @@ def _lane(report: Report) -> str:
     if len(reasons) > 10:
         lines.append(f"  … and {len(reasons) - 10} more rows (see report.json)")
     return "\n".join(lines)
+
+
+def _next(report: Report) -> str:
+    """What to do next: confirm a prediction on a Mac, and turn findings into upstream reports."""
+    lines = []
+    if report.mode == "predicted":
+        lines.append("Next: these verdicts are predicted. On a Mac, `opscan TARGET` measures every call and `opscan "
+                     "accept TARGET` runs the real step against the CPU; `opscan bundle TARGET` packs the probes for "
+                     "a Mac you reach over SSH.")
+    if any(_finds(r) for r in report.rows) and "repro" not in report.extra:
+        lines.append("`--repro` writes a standalone script and an ISSUE.md for each finding.")
+    return escape("\n".join(lines))
