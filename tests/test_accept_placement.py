@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
-from opscan.accept.lane import measured_lane
+from opscan.accept.lane import fallback_bytes_per_iteration, measured_lane
 from opscan.accept.placement import FallbackUse, Placement, PlacementRecorder, Transfer
 from opscan.target import load_target
 from opscan.trace import step
@@ -268,12 +268,51 @@ def test_failures_make_the_lane_linux_gpu_first_with_their_lines():
 
 
 def test_a_fallback_that_copies_more_than_the_step_is_linux_gpu_first():
-    heavy = FallbackUse("aten::take", 4, ("attn",), ("forward",), "PyTorch warned: ...", bytes=5000)
+    heavy = FallbackUse("aten::take", 4, ("attn",), ("forward",), "PyTorch warned: ...", bytes=5000,
+                        phase_bytes={"forward": 5000})
     lane = measured_lane((), _placement(fallbacks=(heavy,)), step_bytes=2000)
     assert lane.name == "linux-gpu-first"  # 5000 B over 2 iterations = 2500 B per iteration > 2000 B
     assert lane.reasons[0] == ("the CPU fallback copied 2.4 KiB per iteration, more than the step's parameters "
                                "and activations together (2.0 KiB)")
     assert measured_lane((), _placement(fallbacks=(heavy,)), step_bytes=3000).name == "dual-track"
+
+
+def test_fallback_bytes_in_eval_and_checkpoint_do_not_count_per_iteration():
+    # 2 training iterations: 1000 B in forward, 800 B in backward; eval 3000 B, the round trip's steps 6000 B
+    spread = FallbackUse("aten::take", 9, ("attn",), ("forward", "backward", "eval", "checkpoint"), "...",
+                         bytes=10800, phase_bytes={"forward": 1000, "backward": 800, "eval": 3000, "checkpoint": 6000})
+    placement = _placement(fallbacks=(spread,))
+    assert fallback_bytes_per_iteration(placement) == 900  # (1000 + 800) / 2, not 10800 / 2
+    assert measured_lane((), placement, step_bytes=1000).name == "dual-track"
+    assert measured_lane((), placement, step_bytes=800).name == "linux-gpu-first"
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_fallback_bytes_are_recorded_per_phase(device):
+    torch.manual_seed(0)
+    model, x = FallbackNet().to(device), torch.randn(3, 4, device=device)
+    optimizer = torch.optim.AdamW(model.parameters())
+    with pytest.warns(UserWarning, match="an unrelated warning"), PlacementRecorder(model, device) as recorder:
+        for iteration in (1, 2):
+            with recorder.phase("forward", iteration):
+                loss = model(x).sum()
+            with recorder.phase("backward", iteration):
+                loss.backward()
+            with recorder.phase("optimizer", iteration):
+                optimizer.step()
+                optimizer.zero_grad()
+        with recorder.phase("eval", 2), torch.no_grad():
+            model(x)
+        with recorder.phase("checkpoint", 2):  # the round trip's two extra steps
+            for _ in range(2):
+                model(x).sum().backward()
+    placement = recorder.result()
+    uses = {f.op: f for f in placement.fallbacks}
+    per_call = 200 if device == "cuda" else 0  # as above: 200 B per call on a device, nothing on the CPU
+    assert uses["aten::take"].phase_bytes == {"forward": 2 * per_call, "eval": per_call, "checkpoint": 2 * per_call}
+    assert uses["aten::put_"].phase_bytes == {"backward": 2 * per_call, "checkpoint": 2 * per_call}
+    assert uses["aten::take"].bytes == 5 * per_call and placement.iterations == 2
+    assert fallback_bytes_per_iteration(placement) == 2 * per_call  # (2 + 2 calls) x 200 B / 2 iterations
 
 
 def test_a_parameter_off_the_target_device_is_dual_track():

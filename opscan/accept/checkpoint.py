@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from opscan.accept.compare import Comparison, compare_pair
+from opscan.accept.compare import Comparison, compare_pair, missing
 from opscan.accept.run import Captured, Session, prepare, state_tensors, train_iteration
 from opscan.accept.spec import AcceptSpec
 
@@ -77,26 +77,38 @@ def fresh_session(target, fresh_cpu_model: torch.nn.Module, device: str, dtype: 
 
 def compare_round_trip(original: Continued, reloaded: tuple[Continued, ...], dtype: str, spec: AcceptSpec,
                        persistent: set[str]) -> tuple[Comparison, ...]:
-    """Each reloaded side against the original: the reloaded state, then the continued step."""
+    """Each reloaded side against the original: the reloaded state, then the continued step — over the union
+    of both sides' tensors (one that a side lacks fails, named)."""
     found: list[Comparison] = []
-    mine = {(c.kind, c.name): c for c in original.captured}
     for side in reloaded:
         pair = f"reload@{side.side}-vs-original"
         if side.error:
             found.append(Comparison(0, "reload", "(checkpoint)", "(model)", math.inf, math.inf, math.inf, 0.0, 0.0,
                                     False, pair, f"reloading failed: {side.error}"))
             continue
-        for c in side.captured:
-            other = mine.get((c.kind, c.name))
-            if other is None:
-                continue
-            result = compare_pair(c.iteration, c.kind, c.name, c.module or "(model)", c.tensor, other.tensor,
-                                  spec.tolerance(dtype, c.kind), pair)
-            if c.kind == "reload" and c.name not in persistent:
-                result = _note(result, "not in the state dict (a non-persistent buffer): the reload keeps the "
-                                       "factory's value — register it with persistent=True")
-            found.append(result)
+        found += _compare_side(original, side, dtype, spec, persistent, pair)
     return tuple(found)
+
+
+def _compare_side(original: Continued, side: Continued, dtype: str, spec: AcceptSpec, persistent: set[str],
+                  pair: str) -> list[Comparison]:
+    mine = {(c.kind, c.name): c for c in original.captured}
+    theirs = {(c.kind, c.name): c for c in side.captured}
+    found = []
+    for c in side.captured:
+        other = mine.get((c.kind, c.name))
+        if other is None:
+            found.append(missing(c, f"missing on the original run (the reloaded {side.side} has it)", pair))
+            continue
+        result = compare_pair(c.iteration, c.kind, c.name, c.module or "(model)", c.tensor, other.tensor,
+                              spec.tolerance(dtype, c.kind), pair)
+        if c.kind == "reload" and c.name not in persistent:
+            result = _note(result, "not in the state dict (a non-persistent buffer): the reload keeps the "
+                                   "factory's value — register it with persistent=True")
+        found.append(result)
+    found += [missing(c, f"missing on the reloaded {side.side} (the original run has it)", pair)
+              for key, c in mine.items() if key not in theirs]
+    return found
 
 
 def _note(c: Comparison, note: str) -> Comparison:

@@ -17,6 +17,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from opscan.cli import _check_writable, _emit, _safe
 from opscan.errors import ExitCode, OpscanError, OutputError, UsageError
 
 log = logging.getLogger("opscan")
@@ -101,9 +102,11 @@ def _run(args: argparse.Namespace, captured: io.StringIO) -> int:
 
     log.info("accept %s: %d iterations on %s (%s) and on %s (float32) …", options.target,
              options.spec.iterations, options.device, options.dtype, options.reference)
-    result = accept(options)
+    result = accept(options, default_report=lambda name: str(Path("reports") / _safe(name) / "report.json"))
     out_dir = Path(args.output_dir or Path("reports") / _safe(result.model_name) / "accept")
     _check_writable(out_dir)
+    if result.target_failure:
+        log.warning("target run stopped: %s", result.target_failure)
     log.info("first divergence: %s", result.first_divergence.line() if result.first_divergence else "none")
     log.info("lane (measured on %s): %s; exit %d", options.device, result.lane.name, result.exit_code)
     log.info("wrote the acceptance package to %s", out_dir)
@@ -188,25 +191,3 @@ def _configure_logging(quiet: int) -> io.StringIO:
     logging.captureWarnings(False)
     return captured
 
-
-def _check_writable(out_dir: Path) -> None:
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / ".opscan-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise OutputError(f"cannot write the package to {str(out_dir)!r}: {exc.strerror or exc} — pass -o with a "
-                          "writable folder") from None
-
-
-def _emit(text: str) -> None:
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "model"

@@ -87,19 +87,45 @@ def compare_pair(iteration: int, kind: str, name: str, module: str, target: torc
                       judge(abs_err, rel_err, tolerance), pair, note)
 
 
-def compare_runs(target, reference, spec: AcceptSpec) -> tuple[Comparison, ...]:
-    """Every captured tensor of the target run against the reference's, in run order."""
-    ref = {(c.iteration, c.kind, c.name): c for c in reference.captured}
+def compare_runs(target, reference, spec: AcceptSpec, stopped: bool = False) -> tuple[Comparison, ...]:
+    """Every captured tensor of either run against the other's, in run order, over the union of both runs'
+    tensors: one that a side lacks (a .grad that is None there, a missing output) fails, named.
+
+    stopped: the target run stopped on an exception (DeviceRun.failure) — only what it captured before is
+    compared; the tensors it never reached are not reported missing (the failure says why)."""
+    mine = {(c.iteration, c.kind, c.name): c for c in target.captured}
+    theirs = {(c.iteration, c.kind, c.name): c for c in reference.captured}
     found = []
-    for c in sorted(target.captured, key=_order(target.captured)):
-        other = ref.get((c.iteration, c.kind, c.name))
-        if other is None:
-            found.append(Comparison(c.iteration, c.kind, c.name, c.module, math.inf, math.inf, math.inf, 0.0, 0.0,
-                                    False, note="missing on the reference"))
+    for key, c in _union(target.captured, reference.captured, stopped):
+        if key not in theirs or key not in mine:
+            side = "reference" if key not in theirs else "target"
+            found.append(missing(c, f"missing on the {side} (the {_other(side)} has it)"))
             continue
-        found.append(compare_pair(c.iteration, c.kind, c.name, c.module, c.tensor, other.tensor,
+        found.append(compare_pair(c.iteration, c.kind, c.name, c.module, mine[key].tensor, theirs[key].tensor,
                                   spec.tolerance(target.dtype, c.kind)))
     return tuple(localise(c, target, reference, spec) for c in found)
+
+
+def missing(c, note: str, pair: str = "target-vs-reference") -> Comparison:
+    """A failed Comparison for a tensor (a Captured) that one side of a pair does not have."""
+    return Comparison(c.iteration, c.kind, c.name, c.module or "(model)", math.inf, math.inf, math.inf, 0.0, 0.0,
+                      False, pair, note)
+
+
+def _union(target: tuple, reference: tuple, stopped: bool) -> list:
+    """((iteration, kind, name), Captured) over both runs in run order (the target's capture order first)."""
+    keyed = {}
+    for position, c in enumerate(target):
+        keyed.setdefault((c.iteration, c.kind, c.name), (0, position, c))
+    if not stopped:
+        for position, c in enumerate(reference):
+            keyed.setdefault((c.iteration, c.kind, c.name), (1, position, c))
+    order = sorted(keyed.items(), key=lambda kv: (kv[0][0], KINDS.index(kv[0][1]), kv[1][1], kv[1][0]))
+    return [(key, c) for key, (_, _, c) in order]
+
+
+def _other(side: str) -> str:
+    return "target" if side == "reference" else "reference"
 
 
 def first_divergence(comparisons: tuple[Comparison, ...]) -> Comparison | None:
@@ -124,12 +150,6 @@ def _with_module(c: Comparison, module: str) -> Comparison:
     from dataclasses import replace
 
     return replace(c, module=module)
-
-
-def _order(captured):
-    """Sort key: iteration (eval after the last training iteration), kind order, then capture order."""
-    position = {id(c): i for i, c in enumerate(captured)}
-    return lambda c: (c.iteration, KINDS.index(c.kind), position[id(c)])
 
 
 def _json_float(value: float) -> float | str:

@@ -4,7 +4,9 @@
    for the fresh model the checkpoint is reloaded into).
 2. Run it on the target device (`--dtype` applies here) and on the reference (float32, the truth), each
    from a copy of the one CPU-built model, inside the placement recorder; the target saves its checkpoint
-   and both reload it and continue one step (checkpoint.py).
+   and both reload it and continue one step (checkpoint.py). An exception of the target run (an op the
+   device does not implement) is a finding: the run stops there, what it captured is compared, exit 1.
+   An exception of the reference run is the model's own (StepError, exit 2).
 3. Compare (compare.py), name the first divergence, decide the measured lane (lane.py) beside the
    predicted one, and the exit code per --fail-on-lane.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -76,9 +78,14 @@ class AcceptResult:
         return first_divergence(self.round_trip)
 
     @property
+    def target_failure(self) -> str:
+        """Why the target run stopped ("" when it ran to the end)."""
+        return self.target_run.failure
+
+    @property
     def failures(self) -> tuple[str, ...]:
-        """One line per failure: the first divergence, the round trip's first failure."""
-        lines = []
+        """One line per failure: the target run's exception, the first divergence, the round trip's first."""
+        lines = [self.target_failure] if self.target_failure else []
         if self.first_divergence is not None:
             lines.append(f"first divergence: {self.first_divergence.line()}")
         if self.round_trip_failure is not None:
@@ -93,7 +100,11 @@ class AcceptResult:
 
 
 def check_device(name: str, flag: str) -> None:
-    """A one-line AcceptDeviceError when the device cannot be used here."""
+    """A one-line AcceptDeviceError when the device cannot be used here.
+
+    Not opscan.probe.stage.check_device: that one accepts a simulated probe device (OPSCAN_PROBE_BACKEND),
+    which an acceptance run cannot use, refuses indexed devices (cuda:1), and its fixes name probe flags
+    (--no-probe) and only --device; here the flag is --device or --reference."""
     available = {"cpu": lambda: True, "cuda": torch.cuda.is_available, "mps": torch.backends.mps.is_available}
     kind = name.split(":")[0]
     if kind not in available:
@@ -103,28 +114,40 @@ def check_device(name: str, flag: str) -> None:
                                 f"that has it (mps: a Mac; cuda: a GPU machine), or pass {flag} cpu")
 
 
-def accept(options: AcceptOptions) -> AcceptResult:
-    """Run the acceptance (see the module docstring)."""
+def accept(options: AcceptOptions, default_report: Callable[[str], str] | None = None) -> AcceptResult:
+    """Run the acceptance (see the module docstring).
+
+    default_report: the model name -> the scan's report.json read when --report is not given (the CLI
+    passes reports/<safe name>/report.json, the scan's folder); None: only --report."""
     from opscan.trace.guard import user_step
 
     check_device(options.device, "--device")
     check_device(options.reference, "--reference")
     if options.report:
-        _predicted(options, "")  # a --report that is not a scan's report fails before the run
+        _predicted(options.report, required=True)  # a --report that is not a scan's report fails before the run
     spec = options.spec
     with numerics(options.allow_tf32):
         target, fresh = _load(options), _load(options).model
+        target_run, blob = _target_run(options, target, fresh)
         with user_step(options.target):
-            target_run, reference_run, blob = _both(options, target, fresh)
-    comparisons = compare_runs(target_run, reference_run, spec)
-    original = next(c for c in target_run.checkpoint if c.side == "original")
+            reference_run = _reference_run(options, target, fresh, blob)
+    comparisons = compare_runs(target_run, reference_run, spec, stopped=bool(target_run.failure))
+    step_bytes = _step_bytes(target, target_run)
+    report = options.report or (default_report(target.name) if default_report else None)
+    result = AcceptResult(options, target.name, comparisons, _round_trip(options, target, target_run, reference_run),
+                          target_run, reference_run, blob, None, _predicted(report, bool(options.report)),
+                          _choices(options, target_run), step_bytes)
+    return _with_lane(result)
+
+
+def _round_trip(options: AcceptOptions, target, target_run: DeviceRun, reference_run: DeviceRun) -> tuple:
+    """The round trip's comparisons; none when the target run stopped before it continued the original."""
+    original = next((c for c in target_run.checkpoint if c.side == "original"), None)
+    if original is None:
+        return ()
     reloaded = (*(c for c in target_run.checkpoint if c.side != "original"), *reference_run.checkpoint)
     persistent = set(target.model.state_dict())
-    round_trip = ckpt.compare_round_trip(original, reloaded, options.dtype, spec, persistent)
-    step_bytes = _step_bytes(target, target_run)
-    result = AcceptResult(options, target.name, comparisons, round_trip, target_run, reference_run, blob,
-                          None, _predicted(options, target.name), _choices(options, target_run), step_bytes)
-    return _with_lane(result)
+    return ckpt.compare_round_trip(original, reloaded, options.dtype, options.spec, persistent)
 
 
 def _load(options: AcceptOptions):
@@ -136,12 +159,13 @@ def _load(options: AcceptOptions):
     return load_target(options.target, options.args, [parse_input(t) for t in options.inputs])
 
 
-def _both(options: AcceptOptions, target, fresh) -> tuple[DeviceRun, DeviceRun, bytes]:
-    """The target's run (it saves the checkpoint), then the reference's (it reloads it)."""
-    from opscan.accept.placement import PlacementRecorder
+def _target_run(options: AcceptOptions, target, fresh) -> tuple[DeviceRun, bytes]:
+    """The target's run (it saves the checkpoint, b"" when it stopped before); its exceptions are kept."""
+    from opscan.accept.placement import Placement, PlacementRecorder
+    from opscan.accept.run import describe_failure
+    from opscan.trace.guard import _raised_by_opscan
 
-    spec, n = options.spec, options.spec.iterations
-    saved: dict[str, bytes] = {}
+    n, saved = options.spec.iterations, {"blob": b""}
 
     def after_target(session):
         saved["blob"] = ckpt.save(session)
@@ -149,16 +173,31 @@ def _both(options: AcceptOptions, target, fresh) -> tuple[DeviceRun, DeviceRun, 
         again = ckpt.fresh_session(target, fresh, session.device, session.dtype)
         return (original, ckpt.reload_and_continue(saved["blob"], again, "target", n + 1))
 
+    try:
+        mine = prepare(target, options.device, options.dtype, perturb=options.perturb)
+    except Exception as exc:  # noqa: BLE001 - moving the model there failed: a finding, like a failing op
+        if isinstance(exc, OpscanError) or _raised_by_opscan(exc):
+            raise
+        reason = describe_failure(exc, options.device, ("moving the model there", 0))
+        return DeviceRun(options.device, options.dtype, (), {}, 0, Placement({}, (), (), (), options.device),
+                         {"modules": 0, "functional_calls": 0}, failure=reason), b""
+    recorder = PlacementRecorder(mine.model, options.device)
+    return run_device(mine, n, options.spec.seed, recorder, after_target, catch=True), saved["blob"]
+
+
+def _reference_run(options: AcceptOptions, target, fresh, blob: bytes) -> DeviceRun:
+    """The reference's run; it reloads the target's checkpoint when there is one."""
+    from opscan.accept.placement import PlacementRecorder
+
+    n = options.spec.iterations
+
     def after_reference(session):
         again = ckpt.fresh_session(target, fresh, session.device, session.dtype)
-        return (ckpt.reload_and_continue(saved["blob"], again, "reference", n + 1),)
+        return (ckpt.reload_and_continue(blob, again, "reference", n + 1),)
 
-    mine = prepare(target, options.device, options.dtype, perturb=options.perturb)
-    target_run = run_device(mine, n, spec.seed, PlacementRecorder(mine.model, options.device), after_target)
     theirs = prepare(target, options.reference, "float32")
-    reference_run = run_device(theirs, n, spec.seed, PlacementRecorder(theirs.model, options.reference),
-                               after_reference)
-    return target_run, reference_run, saved["blob"]
+    return run_device(theirs, n, options.spec.seed, PlacementRecorder(theirs.model, options.reference),
+                      after_reference if blob else None)
 
 
 def _with_lane(result: AcceptResult) -> AcceptResult:
@@ -196,11 +235,12 @@ def _choices(options: AcceptOptions, run: DeviceRun) -> dict[str, Any]:
     }
 
 
-def _predicted(options: AcceptOptions, model_name: str) -> dict | None:
-    """The predicted lane of a scan's report.json (--report, else reports/<model>/report.json), json only."""
-    path = options.report or os.path.join("reports", model_name, "report.json")
+def _predicted(path: str | None, required: bool) -> dict | None:
+    """The predicted lane of a scan's report.json (--report: required; else the default, when present)."""
+    if not path:
+        return None
     if not os.path.isfile(path):
-        if options.report:
+        if required:
             raise OpscanError(f"--report {path!r} does not exist — pass a scan's report.json or leave --report out")
         return None
     try:

@@ -3,7 +3,8 @@
 The contract's lanes, decided on what the run on the target device did, in this order:
 
 - `linux-gpu-first`: any comparison failure (first divergence, round trip), with those lines as reasons; or
-  the CPU fallback copied more bytes per iteration than the step's parameters and activations (`step_bytes`);
+  the CPU fallback copied more bytes per training iteration (forward .. optimizer phases only) than the
+  step's parameters and activations (`step_bytes`);
 - `dual-track`: any CPU fallback; any bulk host move inside forward, loss, backward or optimizer (the model
   moves work to the CPU: `.cpu()`, `.to('cpu')`, `.tolist()`, printing, `.numpy()`, a copy to the host) —
   reads of one value (`.item()`, `bool(t)`) are syncs, reported but not deciding, and so are copies to the
@@ -48,15 +49,16 @@ def host_moves(placement: Placement) -> tuple[Transfer, ...]:
 
 
 def fallback_bytes_per_iteration(placement: Placement) -> int:
-    """What the CPU fallback copied, both directions, per iteration on average."""
-    return sum(f.bytes for f in placement.fallbacks) // max(placement.iterations, 1)
+    """What the CPU fallback copied, both directions, per training iteration on average: the step's phases
+    only (eval and the checkpoint round trip's extra steps are recorded per phase but not counted here)."""
+    return sum(f.step_bytes for f in placement.fallbacks) // max(placement.iterations, 1)
 
 
 def _heavy_fallback(placement: Placement, step_bytes: int) -> tuple[str, ...]:
     moved = fallback_bytes_per_iteration(placement)
     if step_bytes <= 0 or moved <= step_bytes:
         return ()
-    top = sorted(placement.fallbacks, key=lambda f: -f.bytes)[:_SHOWN]
+    top = sorted(placement.fallbacks, key=lambda f: -f.step_bytes)[:_SHOWN]
     return (f"the CPU fallback copied {human_bytes(moved)} per iteration, more than the step's parameters and "
             f"activations together ({human_bytes(step_bytes)})", *map(_fallback_reason, top))
 

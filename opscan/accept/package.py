@@ -22,7 +22,7 @@ CHECKPOINT = "checkpoint/checkpoint.pt"
 def build_package(result, environment: dict[str, Any], log_text: str, cwd: str) -> dict[str, str | bytes]:
     """Every file of the package, by its path relative to the package folder."""
     placement = result.target_run.placement
-    return {
+    files = {
         "environment.json": _json(environment),
         "spec.yaml": spec_yaml(result),
         "logs/accept.log": log_text,
@@ -39,6 +39,9 @@ def build_package(result, environment: dict[str, Any], log_text: str, cwd: str) 
         "RERUN.md": rerun_markdown(result, cwd),
         "rerun.sh": rerun_script(result, cwd),
     }
+    if not result.checkpoint:  # the target run stopped before it saved one
+        files.pop(CHECKPOINT)
+    return files
 
 
 def spec_yaml(result) -> str:
@@ -66,7 +69,8 @@ def verdict_data(result) -> dict[str, Any]:
     """verdict.json: accepted or not, the measured lane and its reasons, the predicted lane, the exit code."""
     return {"accepted": result.exit_code == 0, "exit_code": result.exit_code,
             "comparisons_within_tolerance": result.first_divergence is None,
-            "round_trip_ok": result.round_trip_failure is None, "failures": list(result.failures),
+            "round_trip_ok": result.round_trip_failure is None if result.round_trip else None,
+            "target_failure": result.target_failure or None, "failures": list(result.failures),
             "lane": result.lane.to_dict(), "measured_on": result.options.device, "predicted": result.predicted,
             "fail_on_lane": result.options.fail_on_lane, "model": result.options.target,
             "model_name": result.model_name, "step_bytes": result.step_bytes}
@@ -96,14 +100,17 @@ def rerun_markdown(result, cwd: str) -> str:
 
 
 def rerun_script(result, cwd: str) -> str:
-    """rerun.sh: the exact command, with this package's spec."""
-    line = shlex.join(command(result, "__SPEC__", "__OUT__"))
-    line = line.replace("__SPEC__", '"$PACKAGE/spec.yaml"').replace("__OUT__", '"$PACKAGE-rerun"')
-    line = '"${PYTHON:-python3}"' + line[len("python"):]
+    """rerun.sh: the exact command, with this package's spec. Every value from the run (the folder, each
+    argument) is shlex-quoted: a path with spaces, `$`, `}` or backticks stays inert text."""
+    spec, out = object(), object()  # placeholders, swapped for the package's paths element by element
+    shell = {spec: '"$PACKAGE/spec.yaml"', out: '"$PACKAGE-rerun"'}
+    argv = command(result, spec, out)
+    line = " ".join(['"${PYTHON:-python3}"', *(shell.get(a) or shlex.quote(a) for a in argv[1:])])
     return ("#!/usr/bin/env bash\n# Rerun the acceptance this package records (exit code as opscan accept's; "
             "PYTHON picks the interpreter).\n"
             'set -euo pipefail\nPACKAGE="$(cd "$(dirname "$0")" && pwd)"\n'
-            f"cd \"${{OPSCAN_RERUN_CWD:-{cwd}}}\"\nexport HF_HUB_OFFLINE=1\n{line}\n")
+            f"CWD={shlex.quote(cwd)}\n"
+            'cd "${OPSCAN_RERUN_CWD:-$CWD}"\nexport HF_HUB_OFFLINE=1\n' f"{line}\n")
 
 
 def _losses(run) -> list[float]:

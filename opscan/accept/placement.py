@@ -1,12 +1,13 @@
 """Accept stage: where things ran — devices, explicit transfers, CPU fallbacks and memory per phase.
 
 `PlacementRecorder` is entered around one device's run; the engine names each phase with `phase(name,
-iteration)` and calls `census(...)` once after the first step. A TorchDispatchMode records every copy that
-crosses devices (`aten::_to_copy`, `copy_`, `_local_scalar_dense` of a device tensor; bytes = numel × element
-size of the source) and PyTorch's MPS fallback warning raised by each call (warn-once defeated, restored
-after; other warnings are emitted again, once each, at exit). A TorchFunctionMode names the request behind a
-copy (`cpu()`, `to('cpu')`, `tolist()`, `print`, `numpy()`, `item()`, `bool()`, `float()`, `int()`, `to()`,
-`cuda()`, `copy_()`) and who made it: the model's code, torch itself, or opscan (never counted). On a CPU
+iteration)` and calls `census(...)` once after the first step. Its modes (modes.py) report to it: a
+TorchDispatchMode every copy that crosses devices (`aten::_to_copy`, `copy_`, `_local_scalar_dense` of a
+device tensor; bytes = numel × element size of the source) and PyTorch's MPS fallback warning raised by each
+call (warn-once defeated, restored after; other warnings are emitted again, once each, at exit; the fallback's
+bytes are kept per phase). A TorchFunctionMode names the request behind a copy (`cpu()`, `to('cpu')`,
+`tolist()`, `print`, `numpy()`, `item()`, `bool()`, `float()`, `int()`, `to()`, `cuda()`, `copy_()`) and who
+made it: the model's code, torch itself, or opscan (never counted). On a CPU
 target a host request of the model's code copies nothing, yet on an accelerator it is a device-to-host copy:
 it is recorded with `source == destination == "cpu"` (`moved_here` false). Memory: the device's counters
 (memory.counters.READERS, a StorageTracker for tensor bytes) at the end of each phase of each iteration.
@@ -17,26 +18,21 @@ backward (trace.attribution), `(model)` for the model itself, "" outside every m
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 import warnings
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from opscan.accept.modes import Copies, Requests, copy_ends
 from opscan.errors import OpscanError
 from opscan.memory.counters import READERS
 from opscan.memory.tracker import track_step
 from opscan.opkey import OpKey
 from opscan.probe.texts import FALLBACK_WARNING
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker, backward_module
-from opscan.trace.guard import call_through
-from opscan.trace.moves import _label as host_move_label
 from opscan.trace.tensors import tensors_in
 
 ROOT = "(model)"
@@ -44,17 +40,7 @@ STEP_PHASES = ("forward", "loss", "backward", "optimizer")  # eval and checkpoin
 WHOLE_STEP = "step"  # a phase split into the four above as it runs (a target's own train_step)
 OUTSIDE = "outside"  # the phase of what runs inside the recorder but outside every phase() block
 SYNC_READS = frozenset({"item()", "bool()", "float()", "int()", "aten::_local_scalar_dense"})
-_READS = {torch.Tensor.item: "item()", torch.Tensor.__bool__: "bool()", torch.Tensor.__float__: "float()",
-          torch.Tensor.__int__: "int()", torch.Tensor.numpy: "numpy()"}
-_MOVES = {torch.Tensor.to: "to()", torch.Tensor.cuda: "cuda()", torch.Tensor.copy_: "copy_()"}
-_HOST_LABELS = frozenset({"cpu()", "to('cpu')", "tolist()", "print", *_READS.values()})
 _aten = torch.ops.aten
-_HOST = torch.device("cpu")
-_COPY_OPS = (_aten._to_copy, _aten.copy_, _aten._local_scalar_dense)
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_OPSCAN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_PASS_THROUGH = frozenset({"__torch_function__", "call_through"})
-_MACHINERY = (os.path.join(_TORCH_DIR, "overrides.py"), os.path.join(_TORCH_DIR, "_tensor.py"))
 
 
 class PlacementDeviceError(OpscanError):
@@ -98,6 +84,12 @@ class FallbackUse:
     phases: tuple[str, ...]
     evidence: str
     bytes: int = 0  # what the fallback copied, both directions: the calls' device tensors in, their results out
+    phase_bytes: dict = field(default_factory=dict)  # those bytes per phase (eval and checkpoint included)
+
+    @property
+    def step_bytes(self) -> int:
+        """What it copied in the training step's phases (forward .. optimizer), eval and checkpoint left out."""
+        return sum(n for phase, n in self.phase_bytes.items() if phase in STEP_PHASES)
 
 
 @dataclass(frozen=True)
@@ -132,6 +124,7 @@ class _Fallbacks:
     evidence: str = ""
     modules: dict = field(default_factory=dict)  # ordered sets
     phases: dict = field(default_factory=dict)
+    phase_bytes: Counter = field(default_factory=Counter)
 
 
 class PlacementRecorder:
@@ -157,6 +150,7 @@ class PlacementRecorder:
         self._seen = 0
         self._other: list = []  # warnings that are not fallbacks, emitted again at exit
         self._stack = contextlib.ExitStack()
+        self.failed_in: tuple[str, int] | None = None  # (phase, iteration) an exception left first
 
     def __enter__(self) -> PlacementRecorder:
         stack = self._stack
@@ -164,7 +158,7 @@ class PlacementRecorder:
         warnings.simplefilter("always")
         stack.callback(torch.set_warn_always, torch.is_warn_always_enabled())
         torch.set_warn_always(True)
-        for mode in (self._modules, self._mapper, self._phases, self._tracker, _Copies(self), _Requests(self)):
+        for mode in (self._modules, self._mapper, self._phases, self._tracker, Copies(self), Requests(self)):
             stack.enter_context(mode)  # the requests mode last: it sees the caller's frame first
         return self
 
@@ -188,6 +182,9 @@ class PlacementRecorder:
         try:
             yield self
             self._drain()
+        except BaseException:
+            self.failed_in = self.failed_in or (self._phases.current() if name == WHOLE_STEP else name, iteration)
+            raise
         finally:
             self._phase = previous
         self._memory.append({"iteration": iteration, "phase": name, "device": str(self.device),
@@ -213,7 +210,8 @@ class PlacementRecorder:
         self._drain()
         transfers = tuple(Transfer(op, src, dst, b, module, phase, n)
                           for (op, src, dst, module, phase), (b, n) in self._transfers.items())
-        fallbacks = tuple(FallbackUse(op, f.count, tuple(f.modules), tuple(f.phases), f.evidence, f.bytes)
+        fallbacks = tuple(FallbackUse(op, f.count, tuple(f.modules), tuple(f.phases), f.evidence, f.bytes,
+                                      dict(f.phase_bytes))
                           for op, f in self._fallbacks.items())
         return Placement({k: dict(v) for k, v in self._devices.items()}, transfers, fallbacks,
                          tuple(self._memory), str(self.device), self._misplaced)
@@ -237,7 +235,7 @@ class PlacementRecorder:
 
     def _copied(self, func, args, out) -> None:
         """A dispatched copy: recorded when it crosses devices and opscan did not ask for it."""
-        src, destination = _copy_ends(func, args, out)
+        src, destination = copy_ends(func, args, out)
         if src.device == destination:
             return
         label, origin = self._labels[-1] if self._labels else (OpKey.of(func).display, "model")
@@ -262,74 +260,13 @@ class PlacementRecorder:
                 continue
             entry = self._fallbacks[match.group("op")]
             module, phase = self._where()
+            copied = sum(_nbytes(t) for t in (*tensors_in(args, {}), *tensors_in(out)) if t.device.type != "cpu")
             entry.count += 1
-            entry.bytes += sum(_nbytes(t) for t in (*tensors_in(args, {}), *tensors_in(out)) if t.device.type != "cpu")
+            entry.bytes += copied
+            entry.phase_bytes[phase] += copied
             entry.modules.setdefault(module, None)
             entry.phases.setdefault(phase, None)
             entry.evidence = entry.evidence or _evidence(match.group(0), func)
-
-
-class _Copies(TorchDispatchMode):
-    """Sees every aten call: copies across devices, and the warnings each call raised."""
-
-    def __init__(self, recorder: PlacementRecorder):
-        super().__init__()
-        self.recorder = recorder
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = call_through(func, *args, **(kwargs or {}))
-        if func.overloadpacket in _COPY_OPS:
-            self.recorder._copied(func, args, out)
-        if self.recorder._seen < len(self.recorder._caught):
-            self.recorder._drain(func, args, out)
-        return out
-
-
-class _Requests(TorchFunctionMode):
-    """Names the user-level request behind a copy, and records host requests that copy nothing here."""
-
-    def __init__(self, recorder: PlacementRecorder):
-        super().__init__()
-        self.recorder = recorder
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        x = args[0] if args else None
-        label = _request_label(func, args, kwargs) if isinstance(x, torch.Tensor) else None
-        if label is None:
-            return call_through(func, *args, **kwargs)
-        rec, origin = self.recorder, _origin()
-        rec._labels.append((label, origin))
-        try:
-            out = call_through(func, *args, **kwargs)
-        finally:
-            rec._labels.pop()
-        if origin == "model" and label in _HOST_LABELS:
-            rec._requested(label, x)
-        return out
-
-
-def _request_label(func, args, kwargs) -> str | None:
-    return host_move_label(func, args, kwargs) or _READS.get(func) or _MOVES.get(func)
-
-
-def _origin() -> str:
-    """Who made the request: "model" (its code, Hugging Face's included), "torch" or "opscan"."""
-    frame = sys._getframe(1)
-    while frame is not None and (frame.f_code.co_name in _PASS_THROUGH or frame.f_code.co_filename in _MACHINERY):
-        frame = frame.f_back  # other modes' __torch_function__, call_through, torch's own dispatch helpers
-    path = frame.f_code.co_filename if frame is not None else ""
-    return "opscan" if path.startswith(_OPSCAN_DIR) else "torch" if path.startswith(_TORCH_DIR) else "model"
-
-
-def _copy_ends(func, args, out) -> tuple[torch.Tensor, torch.device]:
-    """(what was read, the device it went to) of a copy op; a Python scalar goes to the host."""
-    packet = func.overloadpacket
-    if packet is _aten._local_scalar_dense:
-        return args[0], _HOST
-    if packet is _aten.copy_:
-        return args[1], args[0].device
-    return args[0], out.device
 
 
 def _evidence(text: str, func) -> str:

@@ -49,14 +49,18 @@ def _table(rows: list[dict]) -> str:
 
 def _failures(result) -> list[str]:
     first = result.first_divergence
-    lines = [f"first divergence: {first.line()}" if first else "first divergence: none (every tensor within "
-                                                                   "tolerance)"]
+    lines = [f"target run: STOPPED — {result.target_failure}"] if result.target_failure else []
+    lines.append(f"first divergence: {first.line()}" if first else "first divergence: none (every tensor "
+                 "compared within tolerance)")
     failing = [c for c in result.comparisons if not c.ok]
     for c in failing[1:SHOWN_FAILURES]:
         lines.append(f"  then: {c.line()}")
     if len(failing) > SHOWN_FAILURES:
         lines.append(f"  ... {len(failing) - SHOWN_FAILURES} more beyond tolerance (comparison.json)")
     trip = result.round_trip_failure
+    if not result.round_trip:
+        lines.append("checkpoint round trip: not run (the target run stopped before it)")
+        return lines
     lines.append(f"checkpoint round trip: FAILS — {trip.line()}" if trip else
                  "checkpoint round trip: passes (saved on the target, reloaded with weights_only=True on both, "
                  "one step continued)")

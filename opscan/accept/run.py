@@ -20,7 +20,9 @@ from typing import Any
 import torch
 
 from opscan.accept.hooks import ModuleOutputs, NoDropout, disable_dropout_modules
-from opscan.errors import UsageError
+from opscan.errors import OpscanError, UsageError
+from opscan.probe.texts import NOT_IMPLEMENTED
+from opscan.trace.guard import _raised_by_opscan as raised_by_opscan  # the same rule as user_step's
 from opscan.trace import step
 
 
@@ -62,6 +64,7 @@ class DeviceRun:
     dropout: dict[str, int]
     notes: tuple[str, ...] = field(default_factory=tuple)
     checkpoint: Any = ()  # what `after` returned: the round trip's Continued records
+    failure: str = ""  # the exception that stopped the run (catch=True): "NotImplementedError: ..." and where
 
 
 def prepare(target, device: str, dtype: str, cpu_model: torch.nn.Module | None = None,
@@ -90,41 +93,69 @@ def add_to_parameter(model: torch.nn.Module, name: str, eps: float) -> None:
         params[name].add_(eps)
 
 
-def run_device(session: Session, iterations: int, seed: int, recorder, after=None) -> DeviceRun:
+def run_device(session: Session, iterations: int, seed: int, recorder, after=None, catch: bool = False) -> DeviceRun:
     """Run `iterations` training iterations and the evaluation pass on the session's device; then
-    `after(session)` (the checkpoint round trip) in the recorder's `checkpoint` phase."""
+    `after(session)` (the checkpoint round trip) in the recorder's `checkpoint` phase.
+
+    catch: an exception of the model or torch (not opscan's own, not bad input) stops the run and is
+    returned as `failure`, with what was captured and recorded up to that point (the target run: an op
+    the device does not implement is the finding, not a usage error)."""
     torch.manual_seed(seed)
-    checkpoint = ()
+    checkpoint, failure = (), ""
     captured: list[Captured] = list(state_tensors(session.model, 0, "initial"))
     no_dropout = NoDropout()
     with recorder, no_dropout, ModuleOutputs(session.model) as outputs:
-        for iteration in range(1, iterations + 1):
-            outputs.forward(iteration)
-            captured += train_iteration(session, iteration, recorder, gradients=iteration == 1)
-        outputs.forward("eval")
-        captured += evaluate(session, iterations, recorder)
-        outputs.forward(None)
-        if after is not None:
-            with recorder.phase("checkpoint", iterations):
-                checkpoint = after(session)
+        try:
+            checkpoint = _iterations(session, iterations, recorder, outputs, captured, after)
+        except Exception as exc:  # noqa: BLE001 - filtered: only the model's and torch's failures are kept
+            if not catch or isinstance(exc, OpscanError) or raised_by_opscan(exc):
+                raise
+            failure = describe_failure(exc, session.device, getattr(recorder, "failed_in", None))
     placement = recorder.result()
     return DeviceRun(session.device, session.dtype, tuple(captured), outputs.by_forward,
                      outputs.activation_bytes.get(1, 0), placement,
                      {"modules": session.dropout_modules, "functional_calls": no_dropout.changed},
                      ("module outputs beyond the budget were not kept",) if outputs.truncated else (),
-                     checkpoint)
+                     checkpoint, failure)
 
 
-def train_iteration(session: Session, iteration: int, recorder, gradients: bool) -> list[Captured]:
-    """One step; captures output, loss, (gradients,) parameters and buffers after it."""
+def _iterations(session: Session, iterations: int, recorder, outputs, captured: list[Captured], after):
+    """The iterations, the evaluation and `after`, appending to `captured` as each tensor is made."""
+    for iteration in range(1, iterations + 1):
+        outputs.forward(iteration)
+        train_iteration(session, iteration, recorder, gradients=iteration == 1, found=captured)
+    outputs.forward("eval")
+    captured += evaluate(session, iterations, recorder)
+    outputs.forward(None)
+    if after is None:
+        return ()
+    with recorder.phase("checkpoint", iterations):
+        return after(session)
+
+
+def describe_failure(exc: BaseException, device: str, where: tuple[str, int] | None) -> str:
+    """'the step fails on mps:0 in iteration 1, backward: aten::put_ is not implemented there — Type: line'."""
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    unsupported = NOT_IMPLEMENTED.search(first)
+    op = f"{unsupported.group('op')} is not implemented there — " if unsupported else ""
+    first = first[:unsupported.end()] + "." if unsupported else first  # PyTorch's first sentence
+    at = "" if where is None else f" in iteration {where[1]}, {where[0]}" if where[1] else f" while {where[0]}"
+    return f"the step fails on {device}{at}: {op}{type(exc).__name__}: {first}"
+
+
+def train_iteration(session: Session, iteration: int, recorder, gradients: bool,
+                    found: list[Captured] | None = None) -> list[Captured]:
+    """One step; captures output, loss, (gradients,) parameters and buffers after it, appended to `found`
+    (a new list unless given) as they are made, so a step that raises keeps what came before."""
     target, model, optimizer = session.target, session.model, session.optimizer
+    found = [] if found is None else found
     if target.train_step is not None:
-        return _user_step(session, iteration, recorder, gradients)
+        return _user_step(session, iteration, recorder, gradients, found)
     with recorder.phase("forward", iteration):
         outputs = step.call_model(model, session.inputs)
     with recorder.phase("loss", iteration):
         loss = step.default_loss(outputs, session.inputs, target.loss_fn)
-    found = [*named_outputs(outputs, iteration, "output"), _loss(loss, iteration)]
+    found += [*named_outputs(outputs, iteration, "output"), _loss(loss, iteration)]
     with _grad_order(model) if gradients else contextlib.nullcontext([]) as order:
         with recorder.phase("backward", iteration):
             loss.backward()
@@ -135,12 +166,12 @@ def train_iteration(session: Session, iteration: int, recorder, gradients: bool)
         optimizer.zero_grad()
     if iteration == 1:
         recorder.census(model, optimizer, session.inputs, loss)
-    return found + state_tensors(model, iteration, "parameter")
+    found += state_tensors(model, iteration, "parameter")
+    return found
 
 
-def _user_step(session: Session, iteration: int, recorder, gradients: bool) -> list[Captured]:
+def _user_step(session: Session, iteration: int, recorder, gradients: bool, found: list[Captured]) -> list[Captured]:
     """The target's own train_step: outputs from the model's forward hook, gradients before the step."""
-    found: list[Captured] = []
     model, optimizer = session.model, session.optimizer
     seen = {"first": True}
 
@@ -150,7 +181,7 @@ def _user_step(session: Session, iteration: int, recorder, gradients: bool) -> l
             session.call = session.call or (args, kwargs)
 
     def keep_gradients(*_):
-        if gradients and not any(c.kind == "gradient" for c in found):
+        if gradients and not any(c.kind == "gradient" and c.iteration == iteration for c in found):
             found.extend(gradient_tensors(model, iteration, []))
 
     handles = [model.register_forward_hook(keep_output, with_kwargs=True),
@@ -165,7 +196,8 @@ def _user_step(session: Session, iteration: int, recorder, gradients: bool) -> l
         found.append(_loss(result, iteration))
     if iteration == 1:
         recorder.census(model, optimizer, session.inputs, result if isinstance(result, torch.Tensor) else None)
-    return found + state_tensors(model, iteration, "parameter")
+    found += state_tensors(model, iteration, "parameter")
+    return found
 
 
 def evaluate(session: Session, iteration: int, recorder) -> list[Captured]:
