@@ -39,8 +39,9 @@ def findings_by_op(report: dict) -> dict[str, list[dict]]:
 def render_files(report: dict, device: str = "mps", real_outputs: dict | None = None) -> dict[str, str]:
     """Relative path (under "repro/") -> file text, for every finding of a report dict (report.json's content):
     `repro/<op>/repro_N.py` per replayable call and `repro/<op>/ISSUE.md` per OpKey. `real_outputs` maps a
-    script's relative path to {"device", "exit_code", "output", "environment"} from running it on the real
-    device: ISSUE.md then shows that output. Pure and deterministic."""
+    CALL's probe id (the repro section's `findings[].calls[].probe.id`) to {"device", "exit_code", "output",
+    "environment"} from running that call's script on the real device: ISSUE.md shows it only under the script
+    of the call with that id, whatever number the script has. Pure and deterministic."""
     out: dict[str, str] = {}
     for op, findings in findings_by_op(report).items():
         out.update(render_op(report, op, findings, device, real_outputs))

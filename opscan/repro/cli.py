@@ -5,9 +5,10 @@ no trace); torch is imported only for --minimize. Writes `<DIR>/repro/<op>/repro
 (DIR: -o, default the report's folder) and prints the paths written, one per line; with --minimize, first
 one line per minimised call with its boundary.
 
-Exit codes: 0 written · 1 --minimize: the failure did not reproduce on --device, nothing was minimised (the
-files are written unminimised) · 2 usage: unreadable report, no repro section, unknown OP or dtype, device
-not usable (one line) · 3 internal error.
+Exit codes: 0 written (with --minimize: every selected finding reproduced on --device and was minimised) · 1
+--minimize: some finding was not minimised — its failure did not reproduce on --device (one stdout line), or
+none of its calls can be built (one stderr line); its files are written unminimised · 2 usage: unreadable
+report, no repro section, unknown OP or dtype, device not usable (one line) · 3 internal error.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import os
 import sys
 import traceback
 from pathlib import Path
 
+from opscan.cli import _emit
 from opscan.errors import ExitCode, OpscanError, OutputError
 
 EPILOG = """\
@@ -72,10 +73,10 @@ def _run(args: argparse.Namespace) -> int:
     code = ExitCode.OK
     if args.minimize:
         findings, lines, code = _minimized(findings, args.device, args.probe_timeout)
-        _emit(lines)
+        _emit("".join(line + "\n" for line in lines))
     out_dir = Path(args.output_dir) if args.output_dir else Path(args.report).resolve().parent
     written = write_files(render_op(report, op, findings, args.device), out_dir)
-    _emit([str(p) for p in written])
+    _emit("".join(f"{p}\n" for p in written))
     return code
 
 
@@ -114,33 +115,51 @@ def select(report: dict, op_text: str, dtypes: list[str]) -> tuple[str, list[dic
 
 
 def _minimized(findings: list[dict], device: str, timeout: float) -> tuple[list[dict], list[str], int]:
-    """Each finding with its first call minimised on `device`: (findings, boundary lines, exit code)."""
+    """Each finding with its first buildable call minimised on `device`: (findings, boundary lines, exit code).
+    Exit 0 only when every finding reproduced and was minimised; a finding with no buildable call gets one
+    stderr line and exit 1, as does one that did not reproduce (its boundary line says so)."""
     from opscan.probe.protocol import ProbeCall
     from opscan.probe.stage import check_device
     from opscan.repro.minimize import minimize
-    from opscan.repro.section import call_entry, outcome_entry
 
     check_device(device)
-    out, lines, reproduced = [], [], False
+    out, lines, all_minimised = [], [], True
     for finding in findings:
         calls = [c for c in finding.get("calls") or [] if not c.get("unbuildable")]
         if not calls:
+            print(f"opscan: {_head(finding)}: {_why_unbuildable(finding)}; nothing to minimise", file=sys.stderr)
+            all_minimised = False
             out.append(finding)
             continue
         boundary = minimize(ProbeCall.from_dict(calls[0]["probe"]), device, timeout)
-        reproduced = reproduced or boundary.reproduced
         lines.append(_boundary_line(finding, boundary))
-        if not boundary.reproduced:
-            out.append(finding)
-            continue
-        entry = {**call_entry(boundary.call), "original_shapes": boundary.original, "minimized": boundary.to_dict()}
-        entry["outcomes"] = {boundary.label: outcome_entry(boundary.outcome)}
-        out.append({**finding, "calls": [entry], "more_calls": 0})
-    return out, lines, ExitCode.OK if reproduced else ExitCode.FINDINGS
+        all_minimised = all_minimised and boundary.reproduced
+        out.append(_with_boundary(finding, boundary) if boundary.reproduced else finding)
+    return out, lines, ExitCode.OK if all_minimised else ExitCode.FINDINGS
+
+
+def _with_boundary(finding: dict, boundary) -> dict:
+    """The finding with its minimised call as its only call."""
+    from opscan.repro.section import call_entry, outcome_entry
+
+    entry = {**call_entry(boundary.call), "original_shapes": boundary.original, "minimized": boundary.to_dict()}
+    entry["outcomes"] = {boundary.label: outcome_entry(boundary.outcome)}
+    return {**finding, "calls": [entry], "more_calls": 0}
+
+
+def _head(finding: dict) -> str:
+    return f"{finding['op']} [{','.join(finding['dtypes'])}]"
+
+
+def _why_unbuildable(finding: dict) -> str:
+    """Why no call of the finding can be built (the section's own words)."""
+    reasons = [c["unbuildable"] for c in finding.get("calls") or [] if c.get("unbuildable")]
+    reasons += finding.get("unreplayable") or []
+    return "no call of it can be built" + (f" ({reasons[0]})" if reasons else " (the report recorded none)")
 
 
 def _boundary_line(finding: dict, boundary) -> str:
-    head = f"{finding['op']} [{','.join(finding['dtypes'])}]"
+    head = _head(finding)
     if not boundary.reproduced:
         return f"{head}: did not fail on {boundary.label} ({boundary.failure}); nothing to minimise"
     passes = f"passes at {boundary.passes_at}" if boundary.passes_at else "no smaller shape passes"
@@ -165,12 +184,3 @@ def write_files(files: dict[str, str], out_dir: Path) -> list[Path]:
         raise OutputError(f"cannot write repro files into {str(out_dir)!r}: {exc.strerror or exc} — pass -o with "
                           "a writable folder") from None
     return written
-
-
-def _emit(lines: list[str]) -> None:
-    try:
-        for line in lines:
-            sys.stdout.write(line + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

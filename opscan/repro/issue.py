@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from opscan.repro.script import measured_environment
+
 TRACKING_ISSUE = "https://github.com/pytorch/pytorch/issues/141287"
 OLD_TRACKING_ISSUE = "https://github.com/pytorch/pytorch/issues/77764"  # the text of torch 2.0-2.5
 DEVICE_NAMES = {"mps": "MPS", "cpu": "CPU", "cuda": "CUDA"}
@@ -71,11 +73,17 @@ def issue_verdict(findings: list[dict], device: str, measured_on: str | None) ->
     return max((about(f) for f in findings), key=lambda v: RANKS.get(v, 0))
 
 
+def real_output(call: dict, real_outputs: dict | None) -> dict | None:
+    """The real run of this call's script: `real_outputs` is keyed by the call's probe id."""
+    return (real_outputs or {}).get((call.get("probe") or {}).get("id"))
+
+
 def issue_text(report: dict, op: str, findings: list[dict], scripts: list[tuple[str, str, dict]], device: str,
                real_outputs: dict | None = None) -> str:
-    """ISSUE.md for one OpKey: `scripts` are (relative path, text, call entry) in order."""
+    """ISSUE.md for one OpKey: `scripts` are (relative path, text, call entry) in order; `real_outputs` maps a
+    call's probe id to its script's real run ({"device", "exit_code", "output", "environment"})."""
     repro = report.get("repro") or {}
-    real_devices = [r["device"] for p, _, _ in scripts if (r := (real_outputs or {}).get(p)) and r.get("device")]
+    real_devices = [r["device"] for _, _, call in scripts if (r := real_output(call, real_outputs)) and r.get("device")]
     device = issue_device(findings, device, repro.get("measured_on"), real_devices)
     verdict = issue_verdict(findings, device, repro.get("measured_on"))
     dev = DEVICE_NAMES.get(device, device)
@@ -130,7 +138,7 @@ def _repro_block(scripts, device: str, real_outputs: dict, report: dict) -> list
              "</details>\n"]
     if call.get("minimized"):
         parts.append(f"The shapes were minimised: {_boundary(call['minimized'])}\n")
-    parts += _output(path, call, real_outputs, device)
+    parts += _output(call, real_outputs, device)
     others = [p.rsplit("/", 1)[-1] for p, _, _ in scripts[1:]]
     if others:
         parts.append("Other calls of the step with this op, as scripts beside this file: " +
@@ -151,8 +159,8 @@ def _boundary(minimized: dict) -> str:
             + (f"; {sizes}" if sizes else "") + ").")
 
 
-def _output(path: str, call: dict, real_outputs: dict, device: str) -> list[str]:
-    real = real_outputs.get(path)
+def _output(call: dict, real_outputs: dict, device: str) -> list[str]:
+    real = real_output(call, real_outputs)
     if real:
         return [f"Output on {real.get('device')} (exit code {real.get('exit_code')}):\n",
                 fenced(real.get("output", ""))]
@@ -187,11 +195,10 @@ def _num(x) -> str:
 
 
 def _versions(report: dict, device: str, scripts, real_outputs: dict) -> str:
-    env = next((r.get("environment") for p, _, _ in scripts if (r := real_outputs.get(p)) and r.get("environment")),
-               None)
+    env = next((r["environment"] for _, _, call in scripts
+                if (r := real_output(call, real_outputs)) and r.get("environment")), None)
     if env is None and (report.get("repro") or {}).get("measured_on") == device:
-        envs = (report.get("measurement") or {}).get("environment") or {}
-        env = envs.get("off") or envs.get("on")
+        env = measured_environment(report)
     env = env or {}
     missing = "fill in: not measured on this device"
     lines = ["### Versions\n", fenced("Paste the output of `python -m torch.utils.collect_env` here."),

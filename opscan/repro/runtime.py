@@ -9,8 +9,11 @@ tolerances of opscan/probe/compare.py. `main(case)` returns the script's exit co
     0  ran and agreed with the reference, no CPU-fallback warning: the failure did not reproduce
     1  the failure reproduced: the call raised, disagreed with the reference beyond tolerance, or PyTorch
        warned that it fell back to the CPU
-    2  cannot run here: the device is not available, or this torch lacks the operator or an argument type
+    2  cannot run here: the device is not available, this torch lacks the operator, a dtype or an argument
+       type, or setting the call up (building its inputs, the CPU reference, the comparison) failed here
     (a crash reproduces as the process dying on a signal)
+
+Only the device call itself raising counts as reproduced: every other failure is exit 2, never a traceback.
 """
 
 import argparse
@@ -53,10 +56,25 @@ def main(case, argv=None):
         tensors = build(case)
         reference = run_reference(func, case, tensors)
     except CannotRun as exc:
-        print("cannot run here:", exc)
-        return 2
+        return cannot_run(str(exc))
+    except Exception as exc:  # noqa: BLE001 - a setup failure is not the failure being reproduced
+        return cannot_run("setting up the call failed: " + first_line(exc))
     print("inputs:", "; ".join(describe(t) for t in case["tensors"]))
-    return judge(func, case, device, tensors, reference)
+    try:
+        return judge(func, case, device, tensors, reference)
+    except CannotRun as exc:
+        return cannot_run(str(exc))
+
+
+def cannot_run(why):
+    """Print why the call cannot run here; exit code 2."""
+    print("cannot run here:", why)
+    return 2
+
+
+def first_line(exc):
+    """"TYPE: first line of the message"."""
+    return type(exc).__name__ + ": " + (str(exc).strip().splitlines() or [""])[0][:300]
 
 
 def judge(func, case, device, tensors, reference):
@@ -72,7 +90,10 @@ def judge(func, case, device, tensors, reference):
         print("result: ran; no CPU reference to compare with (" + reference + ")")
         return verdict(bool(fallback))
     outputs, label = reference
-    problem, err_abs, err_rel, tol = compare(func, case, got, outputs)
+    try:
+        problem, err_abs, err_rel, tol = compare(func, case, got, outputs)
+    except Exception as exc:  # noqa: BLE001 - the comparison is ours, not the call being reproduced
+        return cannot_run("comparing with the CPU reference failed: " + first_line(exc))
     within = "within" if problem is None else "BEYOND"
     tolerance = "no floating output" if tol is None else tol[0] + " tolerance atol " + repr(tol[1]) + \
         ", rtol " + repr(tol[2])
@@ -106,6 +127,14 @@ def resolve(op):
         raise CannotRun(op + " is not an operator of torch " + torch.__version__) from None
 
 
+def dtype_of(name):
+    """torch's dtype called `name`; CannotRun when this torch has none."""
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise CannotRun("torch " + torch.__version__ + " has no dtype " + name)
+    return dtype
+
+
 def storage_size(shape, stride):
     """Elements of the 1-D storage a (shape, stride) view needs."""
     if any(s == 0 for s in shape):
@@ -118,10 +147,10 @@ def build(case):
     generator = torch.Generator().manual_seed(case["seed"])
     tensors = []
     for spec in case["tensors"]:
-        dtype = getattr(torch, spec["dtype"])
+        dtype = dtype_of(spec["dtype"])
         n = storage_size(spec["shape"], spec["stride"])
         if spec["dtype"] in FLOATING or spec["dtype"] in COMPLEX:
-            base = torch.randn(n, generator=generator, dtype=getattr(torch, RANDOM_DTYPE[spec["dtype"]])).to(dtype)
+            base = torch.randn(n, generator=generator, dtype=dtype_of(RANDOM_DTYPE[spec["dtype"]])).to(dtype)
             tensor = base.as_strided(spec["shape"], spec["stride"])
         else:
             tensor = torch.zeros(n, dtype=dtype).as_strided(spec["shape"], spec["stride"])
@@ -160,7 +189,7 @@ def materialize(case, tensors, device, wide):
     """(args, kwargs): each tensor's storage copied to `device` (widened to float64 when `wide`)."""
     placed = []
     for t, spec in zip(tensors, case["tensors"]):
-        dtype = getattr(torch, WIDE.get(spec["dtype"], spec["dtype"])) if wide else t.dtype
+        dtype = dtype_of(WIDE.get(spec["dtype"], spec["dtype"])) if wide else t.dtype
         n = storage_size(tuple(t.shape), tuple(t.stride()))
         storage = t.as_strided((n,), (1,), t.storage_offset()).to(device=device, dtype=dtype, copy=True)
         placed.append(storage.as_strided(tuple(t.shape), tuple(t.stride())))
@@ -183,6 +212,8 @@ def decode(value, tensors, device, seed):
     if tag == "complex":
         return complex(*payload)
     if tag in ("dtype", "layout", "memory_format"):
+        if not hasattr(torch, payload):
+            raise CannotRun("torch " + torch.__version__ + " has no " + tag + " " + str(payload))
         return getattr(torch, payload)
     if tag == "device":
         return torch.device(device)
@@ -220,7 +251,7 @@ def run_reference(func, case, tensors):
         except CannotRun:
             raise
         except Exception as exc:  # noqa: BLE001 - this reference cannot run: try the next one
-            why = type(exc).__name__ + ": " + (str(exc).strip().splitlines() or [""])[0][:300]
+            why = first_line(exc)
     return why
 
 
@@ -236,6 +267,8 @@ def run_on_device(func, case, tensors, device):
             got = [v.detach().to("cpu") if isinstance(v, torch.Tensor) else v for v in collect(func, out, args, kwargs)]
             synchronize(device)
             error = None
+        except CannotRun:
+            raise
         except Exception as exc:  # noqa: BLE001 - the failure being reproduced
             got, error = None, exc
     fallback = [m.group("op") for w in caught if (m := FALLBACK_WARNING.search(str(w.message)))]

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import ast
 import base64
+import math
 import struct
 from importlib import resources
 from pprint import pformat
+
+from opscan.repro.section import PACK_ABOVE  # recorded integer lists of more elements become zlib bytes literals
 
 HEADER = """\
 #!/usr/bin/env python3
@@ -31,7 +34,6 @@ HEADER = """\
 """
 STRUCT = {"int64": "q", "int32": "i", "int16": "h", "int8": "b", "uint8": "B", "uint16": "H", "uint32": "I",
           "uint64": "Q", "bool": "?"}
-PACK_ABOVE = 256  # recorded integer lists of more elements become zlib-compressed bytes literals
 
 
 RUNTIME_FILES = ("runtime_compare.py", "runtime.py")  # in this order: runtime.py calls compare()
@@ -65,9 +67,28 @@ def script_text(report: dict, finding: dict, call: dict, name: str, device: str 
         "RECORDED": call.get("outcomes") or {},
         "CASE": case_of(call, device),
     }
-    assignments = "".join(f"{key} = {pformat(value, width=110, sort_dicts=False)}\n" for key, value in data.items())
+    assignments = "".join(f"{key} = {pformat(literal(value), width=110, sort_dicts=False)}\n"
+                          for key, value in data.items())
     return (HEADER.format(name=name, device=device) + "\n" + assignments + "\n" + runtime_source() +
             "\n\nif __name__ == \"__main__\":\n    sys.exit(main(CASE))\n")
+
+
+class NonFinite(float):
+    """A float inf/-inf/nan whose repr is Python that compiles: `float('inf')` (a bare `inf` is a NameError)."""
+
+    def __repr__(self) -> str:
+        return f"float({float.__repr__(self)!r})"
+
+
+def literal(value):
+    """`value` with every non-finite float as a NonFinite, so pformat writes code that compiles."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return NonFinite(value)
+    if isinstance(value, dict):
+        return {k: literal(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(literal(v) for v in value)
+    return value
 
 
 def case_of(call: dict, device: str) -> dict:

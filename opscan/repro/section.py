@@ -18,29 +18,41 @@ import zlib
 from opscan.verdict import Verdict
 
 MAX_CALLS = 4  # probe calls kept per finding row (the worst first)
-PACK_ABOVE = 256  # inline values of more elements are stored zlib-compressed (little-endian, row-major)
+PACK_ABOVE = 256  # more values are stored zlib-compressed (little-endian, row-major): here and in the scripts
 SECTION_VERSION = 1
 EXPECTED = {0: "passes", 1: "reproduces", 2: "cannot-run"}
 TORCH_NAMESPACES = frozenset({"aten", "prims", "quantized", "_quantized", "rngprims", "_c10d_functional", "c10d"})
 
 
 def command_line(options) -> str:
-    """The `opscan` command that makes this scan (from ScanOptions; the values quoted as a shell would)."""
+    """The `opscan` command that makes this scan again: every ScanOptions / ProbeOptions field a flag sets that
+    changes what is traced, predicted or measured (defaults left out), quoted as a shell would (shlex)."""
     parts = ["opscan", options.target]
     parts += [x for text in options.inputs for x in ("--input", text)]
     parts += [x for key, value in options.args.items() for x in ("--arg", f"{key}={value!r}")]
     parts += ["--inference"] if options.inference else []
     parts += ["--dtype", options.dtype] if options.dtype else []
-    parts += ["--fake"] if options.fake else []
+    parts += ["--no-fx"] if not options.fx else []
+    parts += ["--fake"] if options.fake else ["--no-fake"] if not options.auto_fake else []
     parts += ["--torch-version", options.torch_version] if options.torch_version else []
     parts += ["--macos", options.macos] if options.macos else []
-    probe = options.probe
+    return shlex.join(parts + _probe_flags(options.probe) + ["--repro"])
+
+
+def _probe_flags(probe) -> list[str]:
+    """--no-probe, or --probe --device D with the shape cap and the per-probe limit when not the defaults."""
+    from opscan.probe.stage import DEFAULT_MAX_ELEMENTS, ProbeOptions
+
     if probe is None:
-        parts += ["--no-probe"]
-    else:
-        parts += ["--probe", "--device", probe.device]
-        parts += ["--full-shapes"] if probe.max_elements is None else []
-    return shlex.join(parts + ["--repro"])
+        return ["--no-probe"]
+    parts = ["--probe", "--device", probe.device]
+    if probe.max_elements is None:
+        parts += ["--full-shapes"]
+    elif probe.max_elements != DEFAULT_MAX_ELEMENTS:
+        parts += ["--max-elements", str(probe.max_elements)]
+    if probe.timeout != ProbeOptions.timeout:
+        parts += ["--probe-timeout", repr(float(probe.timeout))]
+    return parts
 
 
 def is_finding(row) -> bool:

@@ -1,0 +1,157 @@
+"""Repro contracts (opscan/repro): real outputs paired by call, honest script exit codes, the recorded command.
+
+- `render_files(real_outputs=...)` is keyed by probe id: tricky's aten::copy_ has two calls in one finding,
+  and swapping their order (so repro_1.py is the other call) still shows each output with its own call;
+- a script whose setup fails (a dtype this torch lacks, recorded values that do not fit the shape) exits 2
+  "cannot run here", never 1; inf/nan in a script's data compile (`float('inf')`) and the script runs;
+- the section's COMMAND, parsed by opscan's own parser, gives back the ScanOptions and ProbeOptions it came from;
+- `opscan repro --minimize` exits 0 only when every selected finding was minimised.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import shlex
+from pathlib import Path
+
+import pytest
+
+from opscan.cli import _probe, build_parser
+from opscan.inputs import parse_arg
+from opscan.probe.protocol import ProbeCall, TensorSpec
+from opscan.probe.stage import ProbeOptions
+from opscan.repro import render_files
+from opscan.repro.cli import main as repro_main
+from opscan.repro.section import call_entry, command_line
+from opscan.scan import ScanOptions
+
+import test_repro
+from test_repro import _run_in_one_process, _write
+
+predicted = test_repro.predicted  # fixtures: the CLI's predicted scan of tricky, the simulated MPS backend
+simulated_adaptive = test_repro.simulated_adaptive
+
+COPY_ISSUE = "repro/aten_copy_/ISSUE.md"
+
+
+def _report(predicted_dir: Path) -> dict:
+    return json.loads((predicted_dir / "report.json").read_text())
+
+
+def _copy_calls(report: dict) -> list[dict]:
+    """The calls of aten::copy_'s first finding (tricky: two, float64 -> float32)."""
+    return next(f for f in report["repro"]["findings"] if f["op"] == "aten::copy_")["calls"]
+
+
+def _real(text: str) -> dict:
+    return {"device": "mps", "exit_code": 1, "output": text, "environment": {"macos": "15.3", "chip": "Apple M3"}}
+
+
+def test_real_outputs_stay_with_their_call_when_scripts_swap_numbering(predicted):
+    report = _report(predicted)
+    first, second = (c["probe"]["id"] for c in _copy_calls(report)[:2])
+    outputs = {first: _real("OUTPUT OF THE FIRST CALL"), second: _real("OUTPUT OF THE SECOND CALL")}
+    issue = render_files(report, real_outputs=outputs)[COPY_ISSUE]
+    assert "OUTPUT OF THE FIRST CALL" in issue and "OUTPUT OF THE SECOND CALL" not in issue
+    assert "Output on mps (exit code 1):" in issue and "- chip: Apple M3" in issue
+    swapped = copy.deepcopy(report)
+    calls = _copy_calls(swapped)
+    calls[0], calls[1] = calls[1], calls[0]  # repro_1.py is now the second call (a merge numbering differently)
+    files = render_files(swapped, real_outputs=outputs)
+    assert "OUTPUT OF THE SECOND CALL" in files[COPY_ISSUE] and "OUTPUT OF THE FIRST CALL" not in files[COPY_ISSUE]
+    # only the other call ran on the Mac: repro_1.py gets no output of someone else's call
+    only_second = render_files(report, real_outputs={second: _real("OUTPUT OF THE SECOND CALL")})[COPY_ISSUE]
+    assert "OUTPUT OF THE SECOND CALL" not in only_second and "(Not run on mps yet" in only_second
+    by_path = render_files(report, real_outputs={"repro/aten_copy_/repro_1.py": _real("KEYED BY PATH")})
+    assert "KEYED BY PATH" not in by_path[COPY_ISSUE]  # the old key is not a call
+
+
+def _take(report: dict) -> dict:
+    return next(f for f in report["repro"]["findings"] if f["op"] == "aten::take")
+
+
+def _broken_and_infinite(report: dict) -> dict:
+    """take with a dtype no torch has; take with 2 recorded indices for a [6] tensor; clamp(x, -inf, inf)."""
+    unknown, misfit = copy.deepcopy(_take(report)), copy.deepcopy(_take(report))
+    unknown["op"], misfit["op"] = "aten::take.unknown_dtype", "aten::take.misfit"
+    unknown["calls"][0]["probe"]["tensors"][0]["dtype"] = "float99"
+    misfit["calls"][0]["probe"]["tensors"][1]["values"] = [0, 5]
+    probe = ProbeCall("clampinf", "aten::clamp", (TensorSpec("float32", (2, 3), (3, 1)),),
+                      {"args": [{"t": 0}, -math.inf, {"float": "inf"}], "kwargs": {}}, 7)
+    clamp = {**copy.deepcopy(_take(report)), "op": "aten::clamp", "dtypes": ["float32"], "calls": [call_entry(probe)]}
+    clamp["calls"][0]["outcomes"] = {"mps": {"status": "ran", "max_abs": math.inf, "max_rel": math.nan,
+                                             "within": False, "expected_exit": 1}}
+    return {**report, "repro": {**report["repro"], "findings": [unknown, misfit, clamp]}}
+
+
+def test_setup_failures_exit_2_and_non_finite_data_compiles(predicted, tmp_path):
+    files = render_files(_broken_and_infinite(_report(predicted)))
+    clamp = files["repro/aten_clamp/repro_1.py"]
+    compile(clamp, "clamp.py", "exec")  # a bare `inf` would be a NameError at import
+    assert "'args': [{'t': 0}, float('-inf'), {'float': 'inf'}]" in clamp
+    assert "'max_abs': float('inf')," in clamp and "'max_rel': float('nan')," in clamp
+    done = {s.parent.name: d for s, d in _run_in_one_process(_write(files, tmp_path)).items()}
+    unknown, misfit, ran = done["aten_take.unknown_dtype"], done["aten_take.misfit"], done["aten_clamp"]
+    assert (unknown.returncode, unknown.stdout.splitlines()[-1]) == (2, "cannot run here: torch "
+                                                                     f"{_torch_version()} has no dtype float99")
+    assert misfit.returncode == 2 and misfit.stdout.splitlines()[-1].startswith(
+        "cannot run here: setting up the call failed: RuntimeError: shape '[6]' is invalid"), misfit.stdout
+    assert ran.returncode == 0 and "max abs difference 0 " in ran.stdout, ran.stdout  # clamp(x, -inf, inf) == x
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+EVERY_FLAG = ScanOptions("examples/tricky.py:build_model", ("2x36:float32", "6:int64:0-71"),
+                         {"width": 8, "name": "a b"}, inference=True, dtype="bfloat16", fx=False, auto_fake=False,
+                         torch_version="2.7.0", macos="15.1",
+                         probe=ProbeOptions(device="cpu", max_elements=4096, timeout=12.5), repro=True)
+
+
+@pytest.mark.parametrize("options", [
+    EVERY_FLAG,
+    ScanOptions("m.py:f", fake=True, probe=ProbeOptions(device="cpu", max_elements=None), repro=True),
+    ScanOptions("m.py:f", repro=True),
+])
+def test_the_recorded_command_parses_back_to_the_same_scan(options):
+    command = command_line(options)
+    argv = shlex.split(command)
+    assert argv[0] == "opscan" and argv[-1] == "--repro"
+    args = build_parser().parse_args(argv[1:])
+    probe, _ = _probe(args)
+    again = ScanOptions(args.target, tuple(args.input), dict(parse_arg(a) for a in args.arg),
+                        inference=args.inference, dtype=args.dtype, fx=not args.no_fx, fake=args.fake,
+                        auto_fake=not args.no_fake, torch_version=args.torch_version, macos=args.macos,
+                        probe=probe and ProbeOptions(probe.device, probe.max_elements, timeout=probe.timeout),
+                        repro=args.repro)
+    assert again == options, command
+
+
+def test_every_flag_appears_in_the_command():
+    assert command_line(EVERY_FLAG) == (
+        "opscan examples/tricky.py:build_model --input 2x36:float32 --input 6:int64:0-71 --arg width=8 "
+        "--arg 'name='\"'\"'a b'\"'\"'' --inference --dtype bfloat16 --no-fx --no-fake --torch-version 2.7.0 "
+        "--macos 15.1 --probe --device cpu --max-elements 4096 --probe-timeout 12.5 --repro")
+
+
+def test_minimize_exits_0_only_when_every_finding_was_minimised(predicted, simulated_adaptive, tmp_path, capsys):
+    report = _report(predicted)
+    pool = next(f for f in report["repro"]["findings"] if f["op"] == "aten::_adaptive_avg_pool2d")
+    no_call = {**pool, "dtypes": ["float16"], "calls": [{**pool["calls"][0], "unbuildable": "no float16 here"}]}
+    report["repro"]["findings"].append(no_call)
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    code = repro_main([str(path), "aten::_adaptive_avg_pool2d", "--minimize", "-o", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 1  # the float32 finding was minimised, the float16 one could not be built
+    assert out.splitlines()[0].startswith("aten::_adaptive_avg_pool2d [float32]: fails at [[1, 1, 2, 2]]")
+    assert "did not" not in out and err.splitlines() == [
+        "opscan: aten::_adaptive_avg_pool2d [float16]: no call of it can be built (no float16 here); nothing to "
+        "minimise"]
+    assert repro_main([str(predicted / "report.json"), "tricky::scale", "--minimize", "-o", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.startswith("opscan: tricky::scale [float32]: no call of it can be built (")
