@@ -248,7 +248,9 @@ def _emit(text: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
 
 
-def _write_reports(report, out_dir: Path) -> None:
+def _write_reports(report, out_dir: Path, real_outputs: dict | None = None, device: str = "mps") -> None:
+    """report.json/yaml/html, the GraphML files and repro/ (scripts for `device`; each ISSUE.md shows the real
+    outputs, keyed by probe id, when given: `opscan merge`)."""
     from opscan.render import render_html, render_json, render_yaml
     from opscan.render.graphml import GRAPHML_FILES
 
@@ -263,7 +265,7 @@ def _write_reports(report, out_dir: Path) -> None:
         from opscan.repro import render_files
         from opscan.repro.cli import write_files
 
-        written = write_files(render_files(report.to_dict()), out_dir)
+        written = write_files(render_files(report.to_dict(), device=device, real_outputs=real_outputs), out_dir)
         log.warning("wrote %d repro files into %s", len(written), out_dir / "repro")
 
 

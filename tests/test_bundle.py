@@ -112,6 +112,9 @@ def test_killed_run_resumes_without_running_a_probe_twice(trip):
     assert lines[-1]["counts"]["off"] == len(after) and lines[-1]["counts"]["reused"] == len(before)
     env = {e["pass"]: e["environment"] for e in lines if e["kind"] == "environment"}
     assert env["off"]["fallback_env"] == "unset"
+    # a pass's environment is journaled when its first worker says hello, before any of its outcomes
+    first_outcome = kinds.index("outcome")
+    assert kinds.index("environment") < first_outcome and lines[kinds.index("environment")]["pass"] == "off"
     host = next(e for e in lines if e["kind"] == "host")["files"]
     assert "uname" in host and "Linux" in host["uname"]
     for runner in (e for e in lines if e["kind"] == "runner"):  # every opscan module came from the bundle
@@ -181,35 +184,78 @@ def test_corrupted_tampered_foreign_and_truncated_results_are_refused(trip, tmp_
     other = tmp_path / "other"
     shutil.copytree(trip["bundle"], other, ignore=shutil.ignore_patterns("results"))
     manifest = json.loads((other / "manifest.json").read_text())
-    manifest["files"]["README.txt"] = "0" * 64  # another bundle: another file list, another hash
+    manifest["repro_timeout"] = 7  # another bundle: another manifest, another hash, the same files
     from opscan.bundle.results import bundle_hash
 
-    manifest["bundle_hash"] = bundle_hash(manifest["files"])
+    manifest["bundle_hash"] = bundle_hash(manifest)
     (other / "manifest.json").write_text(json.dumps(manifest))
     err = _refused(trip["results"], capsys, "--bundle", str(other))
     assert "foreign" in err and "--bundle" in err
 
 
-def test_a_modified_bundle_is_refused_on_the_mac_and_by_merge(trip, tmp_path, capsys):
+def _scan_argv_edited(folder: Path) -> None:
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["scan_argv"].append("--inference")
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _appended(rel: str):
+    def edit(folder: Path) -> None:
+        with open(folder / rel, "a") as f:
+            f.write("\n# edited\n")
+    return edit
+
+
+@pytest.mark.parametrize(("edit", "says"), [
+    (_appended("probes.jsonl"), "probes.jsonl differs from the bundle's manifest"),
+    (_appended("run.sh"), "run.sh differs from the bundle's manifest"),
+    (_appended("README.txt"), "README.txt differs from the bundle's manifest"),
+    (_appended("repro/aten_take/repro_1.py"), "repro/aten_take/repro_1.py differs from the bundle's manifest"),
+    (_scan_argv_edited, "manifest.json does not match its bundle_hash"),
+], ids=["probes", "run.sh", "README", "repro-script", "manifest-scan_argv"])
+def test_a_modified_bundle_is_refused_on_the_mac_and_by_merge(trip, tmp_path, capsys, edit, says):
     copy = tmp_path / "copy"
     shutil.copytree(trip["bundle"], copy, ignore=shutil.ignore_patterns("results"))
-    with open(copy / "probes.jsonl", "a") as f:
-        f.write("\n")
-    proc = subprocess.run([sys.executable, "-m", "opscan.bundle.remote", str(copy)], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(copy / "src")})
-    assert proc.returncode == 2 and "probes.jsonl differs from the bundle's manifest" in proc.stderr
-    assert "modified after it was made" in _refused(trip["results"], capsys, "--bundle", str(copy))
+    _add_repro_script(copy)
+    shutil.copytree(copy, tmp_path / "intact")
+    edit(copy)
+    for folder, refused in ((tmp_path / "intact", False), (copy, True)):
+        proc = subprocess.run([sys.executable, "-m", "opscan.bundle.remote", str(folder), "--check"],
+                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(folder / "src")})
+        assert (proc.returncode, says in proc.stderr) == ((2, True) if refused else (0, False)), proc.stderr
+    assert proc.stderr.count("\n") == 1 and "unpack the bundle again" in proc.stderr
+    err = _refused(trip["results"], capsys, "--bundle", str(copy))
+    assert "modified after it was made" in err and says in err
+
+
+def _add_repro_script(folder: Path) -> None:
+    """A repro script listed like make.py lists them (custom_step predicts no finding), the hash made anew."""
+    from opscan.bundle.results import bundle_hash, digest
+
+    script = folder / "repro/aten_take/repro_1.py"
+    script.parent.mkdir(parents=True)
+    script.write_text("print('repro')\n")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"]["repro/aten_take/repro_1.py"] = digest(script.read_bytes())
+    manifest["repro"] = [{"script": "repro/aten_take/repro_1.py", "probe": "p1"}]
+    manifest["bundle_hash"] = bundle_hash(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
 
 
 def test_a_bundle_for_a_device_this_machine_lacks_is_refused_before_any_result(trip, tmp_path):
+    """run.sh's first Python call checks the device: nothing is recorded, collect_env does not run."""
     copy = tmp_path / "copy"
     shutil.copytree(trip["bundle"], copy, ignore=shutil.ignore_patterns("results"))
     manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["device"] = "mps"  # check_device runs after check_files, which does not hash the manifest itself
+    manifest["device"] = "mps"  # a consistent bundle for mps: its own hash
+    from opscan.bundle.results import bundle_hash
+
+    manifest["bundle_hash"] = bundle_hash(manifest)
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    env = {k: v for k, v in os.environ.items() if k not in ("OPSCAN_PROBE_BACKEND",)}
-    proc = subprocess.run([sys.executable, "-m", "opscan.bundle.remote", str(copy)], capture_output=True, text=True,
-                          env={**env, "PYTHONPATH": str(copy / "src")})
-    assert proc.returncode == 2, proc.stderr
+    env = {k: v for k, v in os.environ.items() if k not in ("OPSCAN_PROBE_BACKEND", "PYTHONPATH")}
+    proc = subprocess.run(["bash", str(copy / "run.sh")], capture_output=True, text=True, cwd=tmp_path,
+                          env={**env, "PYTHON": sys.executable})  # collect_env not skipped: it must not start
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "this bundle probes on mps, which torch" in proc.stderr and "run it on a Mac" in proc.stderr
-    assert not (copy / "results" / "results.jsonl").exists()
+    assert not (copy / "results").exists()  # no results/env, no log, no results file

@@ -23,7 +23,8 @@ def test_mps_bundle_on_the_simulated_backend_merges_measured_with_differences_fi
     bundle = tmp_path / "bundle"
     assert main(["bundle", TARGET, "--workers", "1", "-o", str(bundle), "-q"]) == 0  # --device mps is the default
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert manifest["device"] == "mps" and manifest["repro"] and all(s.startswith("repro/") for s in manifest["repro"])
+    assert manifest["device"] == "mps" and manifest["repro"]
+    assert all(e["script"].startswith("repro/") and e["probe"] for e in manifest["repro"])
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"default": "native", "ops": {"aten::take": "unsupported"}}))
     env = {k: v for k, v in os.environ.items() if k != "PYTORCH_ENABLE_MPS_FALLBACK"}
@@ -36,7 +37,8 @@ def test_mps_bundle_on_the_simulated_backend_merges_measured_with_differences_fi
     envs = {e["pass"]: e["environment"]["fallback_env"] for e in lines if e["kind"] == "environment"}
     assert passes == {"off", "on"} and envs == {"off": "unset", "on": "1"}
     repro = [e for e in lines if e["kind"] == "repro"]
-    assert [e["script"] for e in repro] == manifest["repro"] and all(e["output"] for e in repro)
+    assert [{"script": e["script"], "probe": e["probe"]} for e in repro] == manifest["repro"]
+    assert all(e["output"] for e in repro)
     assert all(isinstance(e["exit_code"], int) for e in repro)
 
     capsys.readouterr()
@@ -51,5 +53,25 @@ def test_mps_bundle_on_the_simulated_backend_merges_measured_with_differences_fi
                          "≠ aten::put_ [float32,int64,float32]: predicted unsupported, measured native"], err
     take = [r for r in report["ops"] if r["op"] == "aten::take"]
     assert take and all(r["verdict"] == "unsupported" and r["source"] == "measured" for r in take)
-    issues = list(merged.glob("repro/*/ISSUE.md"))
-    assert issues and any(repro[0]["output"].strip().splitlines()[-1] in p.read_text() for p in issues)
+    # each ISSUE.md shows the Mac output of the script of ITS first call, matched by probe id (the merged report's
+    # calls may be numbered otherwise than the bundle's scripts)
+    by_probe = {e["probe"]: e for e in repro}
+    shown = 0
+    for op, finding_calls in _first_calls(json.loads((merged / "report.json").read_text())).items():
+        issue = (merged / "repro" / op.replace("::", "_") / "ISSUE.md").read_text()
+        line = by_probe.get(finding_calls)
+        if line is not None:
+            assert f"Output on {line['device']} (exit code {line['exit_code']})" in issue
+            assert line["output"].strip() in issue, op
+            shown += 1
+    assert shown >= 1
+
+
+def _first_calls(report: dict) -> dict[str, str]:
+    """op -> the probe id of its first replayable call (the one ISSUE.md shows)."""
+    first: dict[str, str] = {}
+    for finding in report["repro"]["findings"]:
+        for call in finding.get("calls") or []:
+            if not call.get("unbuildable"):
+                first.setdefault(finding["op"], call["probe"]["id"])
+    return first

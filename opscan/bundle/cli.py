@@ -63,6 +63,8 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     args.scan_argv = scan_argv(argv) + ([] if args.repro else ["--repro"])  # merged reports carry repro files
+    if len(scan_argv(argv)) == len(argv):  # no -o: bundles/<model>, not the scan's OPSCAN_OUTPUT_DIR default
+        args.output_dir = None
     args.repro = True
     return _guarded(_bundle, args)
 
@@ -83,6 +85,7 @@ def scan_argv(argv: list[str]) -> list[str]:
 def _bundle(args) -> int:
     from opscan.bundle.make import BundleSpec, bundle_files, zip_bytes
     from opscan.bundle.merge import repro_files, scan_options
+    from opscan.cli import _safe
     from opscan.probe.calls import plan
     from opscan.probe.stage import ProbeOptions
     from opscan.scan import prepare, scan
@@ -92,17 +95,19 @@ def _bundle(args) -> int:
     device = args.device or "mps"
     max_elements = None if args.full_shapes else args.max_elements
     options = scan_options(args, None)
+    if args.output_dir:
+        check_new(Path(args.output_dir))  # before tracing
     prepared = prepare(options)
     name = prepared.target.name
-    folder = Path(args.output_dir or Path("bundles") / name)
-    if folder.exists() and any(folder.iterdir()):
-        raise UsageError(f"{folder} is not empty — pass -o with a new folder for the bundle")
+    folder = Path(args.output_dir or Path("bundles") / _safe(name))
+    check_new(folder)
     log.info("planning the probes for %s …", device)
     probe_plan = plan(prepared.trace, prepared.view, device, max_elements)
     timeout = ProbeOptions(timeout=args.probe_timeout).timeout
-    repro = repro_files(scan(options), device)  # the predicted findings' scripts (traced once more)
+    # the predicted findings' scripts: scan() traces the target once more (it takes no prepared trace)
+    repro, repro_probes = repro_files(scan(options), device)
     spec = BundleSpec(args.target, name, tuple(args.scan_argv), probe_plan, args.workers, timeout,
-                      repro=repro, repro_timeout=args.repro_timeout)
+                      repro=repro, repro_probes=repro_probes, repro_timeout=args.repro_timeout)
     files = bundle_files(spec, folder.name)
     _write_bundle(folder, files)
     archive = folder.with_name(folder.name + ".zip")
@@ -113,6 +118,15 @@ def _bundle(args) -> int:
     print(folder)
     print(archive)
     return ExitCode.OK
+
+
+def check_new(folder: Path) -> None:
+    """Refuse (UsageError) a bundle folder that exists and is not empty, or whose DIR.zip exists."""
+    archive = folder.with_name(folder.name + ".zip")
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise UsageError(f"{folder} already exists and is not empty — pass -o with a new folder for the bundle")
+    if archive.exists():
+        raise UsageError(f"{archive} already exists — remove it, or pass -o with a new folder for the bundle")
 
 
 def _write_bundle(folder: Path, files: dict[str, bytes]) -> None:
@@ -153,7 +167,7 @@ def merge_main(argv: list[str]) -> int:
 def _merge(args) -> int:
     from opscan import cli
     from opscan.bundle import results as results_file
-    from opscan.bundle.merge import differences, load_bundle, merged_report, real_outputs, repro_files
+    from opscan.bundle.merge import differences, load_bundle, merged_report, real_outputs
 
     path = Path(args.results)
     folder = Path(args.bundle) if args.bundle else path.resolve().parent.parent
@@ -168,10 +182,7 @@ def _merge(args) -> int:
     print("\n".join([f"predicted vs measured: {len(lines)} rows differ", *lines]), file=sys.stderr, flush=True)
     out_dir = Path(args.output_dir or Path("reports") / cli._safe(report.model_name))
     cli._check_writable(out_dir)
-    cli._write_reports(report, out_dir)
-    for rel, text in repro_files(report, bundle.manifest["device"], real_outputs(results)).items():
-        (out_dir / rel).parent.mkdir(parents=True, exist_ok=True)
-        (out_dir / rel).write_text(text, encoding="utf-8")
+    cli._write_reports(report, out_dir, real_outputs(results), device=bundle.manifest["device"])
     args.tree = False
     cli._emit(cli._render(report, args))
     return cli._exit_code(report, args.fail_on)

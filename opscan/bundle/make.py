@@ -2,8 +2,9 @@
 
 A bundle holds manifest.json, probes.jsonl (one ProbeCall JSON a line, no pickles), src/ (a copy of
 the opscan modules the runner and its workers import: the standard library and torch only, listed in
-VENDORED), run.sh, README.txt and repro/. The manifest lists every other file with its sha256; the
-bundle hash is the sha256 of that list (results.bundle_hash), and every results header carries it.
+VENDORED), run.sh, README.txt and repro/. The manifest lists every other file with its sha256 and each
+repro script with the probe id of its call; the bundle hash is the sha256 of the canonical manifest
+(results.bundle_hash: every field but itself), and every results header carries it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from opscan import __version__
 from opscan.bundle import FORMAT, MANIFEST, PROBES, RESULTS
 from opscan.bundle.results import bundle_hash, digest
-from opscan.bundle.templates import README_TXT, RUN_SH
+from opscan.bundle.templates import README_TXT, RUN_SH, quoted
 
 # what the bundle's runner imports, and nothing else: tests/test_bundle.py checks both ways
 PROBE_MODULES = ("runner", "launch", "protocol", "worker", "zygote", "replay", "compare", "backends", "texts",
@@ -41,6 +42,7 @@ class BundleSpec:
     timeout: float
     on_pass: str = "when-needed"
     repro: dict | None = None  # "repro/..." -> text (opscan.repro.render_files), or None
+    repro_probes: dict | None = None  # "repro/....py" -> the probe id of its call (script_probes)
     repro_timeout: float = 120.0
 
 
@@ -64,12 +66,13 @@ def bundle_files(spec: BundleSpec, name: str) -> dict[str, bytes]:
     files = {PROBES: "".join(json.dumps(p.to_dict(), separators=(",", ":"), allow_nan=False) + "\n"
                              for p in plan.probes).encode()}
     files.update(vendored_sources())
-    scripts = sorted(k for k in (spec.repro or {}) if k.endswith(".py"))
+    repro_probes = spec.repro_probes or {}
+    scripts = [{"script": k, "probe": repro_probes[k]} for k in sorted(spec.repro or {}) if k.endswith(".py")]
     files.update({k: v.encode() for k, v in (spec.repro or {}).items()})
-    words = dict(probes=len(plan.probes), model=spec.model_name, device=plan.device, results=RESULTS, name=name,
-                 target=spec.target, opscan_version=__version__, torch=plan.torch,
-                 torch_release=plan.torch.split("+")[0], repro_timeout=f"{spec.repro_timeout:g}")
-    files["run.sh"] = RUN_SH.format(**words).encode()
+    files["run.sh"] = RUN_SH.format(results=RESULTS).encode()  # no user text in the script: nothing to inject
+    words = dict(probes=len(plan.probes), model=spec.model_name, device=plan.device, name=name,
+                 qname=quoted(name), target=spec.target, opscan_version=__version__, torch=plan.torch,
+                 torch_release=quoted(plan.torch.split("+")[0]), repro_timeout=f"{spec.repro_timeout:g}")
     files["README.txt"] = README_TXT.format(**words).encode()
     listed = {path: digest(data) for path, data in files.items()}
     manifest = {
@@ -77,11 +80,23 @@ def bundle_files(spec: BundleSpec, name: str) -> dict[str, bytes]:
         "scan_argv": list(spec.scan_argv), "device": plan.device, "fingerprint": plan.fingerprint,
         "torch": plan.torch, "probes": len(plan.probes), "max_elements": plan.max_elements,
         "runner": {"workers": spec.workers, "timeout": spec.timeout, "on_pass": spec.on_pass},
-        "repro": scripts, "repro_timeout": spec.repro_timeout,
-        "files": dict(sorted(listed.items())), "bundle_hash": bundle_hash(listed),
+        "repro": scripts, "repro_timeout": spec.repro_timeout, "files": dict(sorted(listed.items())),
     }
+    manifest["bundle_hash"] = bundle_hash(manifest)
     files[MANIFEST] = (json.dumps(manifest, indent=2) + "\n").encode()
     return files
+
+
+def script_probes(report: dict) -> dict[str, str]:
+    """"repro/<op>/repro_N.py" -> the probe id of the call it replays, numbered as opscan.repro.render_op
+    numbers them (the repro section's `findings[].calls[]`, unbuildable calls skipped)."""
+    from opscan.repro import findings_by_op, folder_of
+
+    out: dict[str, str] = {}
+    for op, findings in findings_by_op(report).items():
+        calls = [call for finding in findings for call in finding.get("calls") or [] if not call.get("unbuildable")]
+        out.update({f"repro/{folder_of(op)}/repro_{i}.py": call["probe"]["id"] for i, call in enumerate(calls, 1)})
+    return out
 
 
 def zip_bytes(files: dict[str, bytes], name: str) -> bytes:

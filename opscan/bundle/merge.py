@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opscan.bundle import FORMAT, MANIFEST, PROBES
-from opscan.bundle.results import Results, bundle_hash, digest
+from opscan.bundle.results import Results, bundle_problem
 from opscan.errors import OpscanError
 from opscan.probe.stage import Session
 
@@ -50,10 +50,10 @@ def load_bundle(folder: Path) -> Bundle:
     if manifest.get("format") != FORMAT or "files" not in manifest:
         raise BundleError(f"{folder}/{MANIFEST} is not a bundle manifest of format {FORMAT} — make the bundle "
                           "again with this opscan")
-    if bundle_hash(manifest["files"]) != manifest.get("bundle_hash") or \
-            digest(probes_data) != manifest["files"].get(PROBES):
-        raise BundleError(f"{folder} was modified after it was made (its hash does not match) — unpack the bundle "
-                          "again, or make a new one")
+    problem = bundle_problem(folder, manifest)
+    if problem:
+        raise BundleError(f"{folder} was modified after it was made ({problem}) — unpack the bundle again, or make "
+                          "a new one")
     probes = tuple(ProbeCall.from_dict(json.loads(line)) for line in probes_data.decode().splitlines() if line)
     return Bundle(folder, manifest, manifest["bundle_hash"], probes)
 
@@ -115,16 +115,24 @@ def differences(report) -> list[str]:
 
 
 def real_outputs(results: Results) -> dict:
-    """What each repro script printed on the Mac, for opscan.repro.render_files."""
-    return {script: {"device": line.get("device"), "exit_code": line.get("exit_code"), "output": line.get("output"),
-                     "environment": line.get("environment")} for script, line in results.repro.items()}
+    """What each repro script printed on the Mac, keyed by the probe id of the call it replays (the repro
+    section's `findings[].calls[].probe.id`), for opscan.repro.render_files."""
+    return {line["probe"]: {"device": line.get("device"), "exit_code": line.get("exit_code"),
+                            "output": line.get("output"), "environment": line.get("environment")}
+            for line in results.repro.values() if line.get("probe")}
 
 
-def repro_files(report, device: str, outputs: dict | None = None) -> dict[str, str]:
-    """opscan.repro.render_files of the report: a script per finding call and an ISSUE.md per op, with the
-    real outputs when given ({} for a report without a `repro` section)."""
+def repro_files(report, device: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(opscan.repro.render_files of the report: a script per finding call and an ISSUE.md per op; each script's
+    probe id) — ({}, {}) for a report without a `repro` section."""
+    from opscan.bundle.make import script_probes
     from opscan.repro import render_files
 
     if "repro" not in report.extra:
-        return {}
-    return render_files(report.to_dict(), device=device, real_outputs=outputs)
+        return {}, {}
+    data = report.to_dict()
+    files, probes = render_files(data, device=device), script_probes(data)
+    scripts = {k for k in files if k.endswith(".py")}
+    if scripts != set(probes):  # opscan.repro numbers its scripts otherwise: a bug here, not the user's
+        raise AssertionError(f"repro scripts {sorted(scripts ^ set(probes))[:3]} have no probe id")
+    return files, probes

@@ -11,6 +11,7 @@ it to results/logs/run.log); exit 0 when the results are complete, 2 when the bu
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from opscan import __version__
 from opscan.bundle import MANIFEST, PROBES, RESULTS
-from opscan.bundle.results import VERSION, digest, parse_lines
+from opscan.bundle.results import VERSION, bundle_problem, digest, parse_lines
 from opscan.errors import OpscanError
 from opscan.probe.protocol import PLUGIN_ENV, PassOutcome, ProbeCall
 from opscan.probe.runner import FALLBACK_VAR, Observer, RunnerOptions, isolation_for, run_probes
@@ -34,10 +35,12 @@ class BundleRunError(OpscanError):
 
 
 class ResultsWriter(Observer):
-    """The results journal: opened fresh or resumed; every record flushed and fsynced."""
+    """The results journal: opened fresh or resumed; every record flushed and fsynced. Holds an exclusive lock
+    on results/.lock while open: a second run on the same bundle is refused."""
 
     def __init__(self, path: Path, header: dict):
         self.path, self.header = path, header
+        self._lock = hold_lock(path.parent)
         data = path.read_bytes() if path.is_file() else b""
         entries, size, bad = parse_lines(data)
         if bad is not None:
@@ -87,13 +90,31 @@ class ResultsWriter(Observer):
         self._file.close()
 
 
+def hold_lock(folder: Path):
+    """The open, exclusively locked folder/.lock (held until closed or the process ends); BundleRunError when
+    another process holds it, naming its pid (results/run.pid of --detach, else the holder's own record)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = open(folder / ".lock", "a+")  # noqa: SIM115 - held for the whole run
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        pid_file = folder / "run.pid"
+        pid = (pid_file.read_text().strip() if pid_file.is_file() else "") or handle.read().strip() or "?"
+        handle.close()
+        raise BundleRunError(f"another run.sh is running on this bundle (pid {pid}) — wait for it to finish "
+                             "(tail -f results/logs/run.log) or stop it, then rerun ./run.sh") from None
+    handle.truncate(0)
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
 def check_files(bundle: Path, manifest: dict) -> None:
-    """Refuse a bundle whose probes or runner changed since it was made."""
-    for rel, sha in manifest["files"].items():
-        if rel == PROBES or rel.startswith("src/"):
-            path = bundle / rel
-            if not path.is_file() or digest(path.read_bytes()) != sha:
-                raise BundleRunError(f"{rel} differs from the bundle's manifest — unpack the bundle again")
+    """Refuse a bundle whose manifest or any file it lists changed since it was made."""
+    problem = bundle_problem(bundle, manifest)
+    if problem:
+        raise BundleRunError(f"{problem} (modified after it was made) — unpack the bundle again")
 
 
 def loaded_modules(bundle: Path) -> dict:
@@ -112,8 +133,8 @@ def host_files(bundle: Path) -> dict:
     return {p.stem: p.read_text(errors="replace")[-OUTPUT_LIMIT:] for p in sorted(folder.glob("*.txt"))}
 
 
-def run_repro(bundle: Path, script: str, timeout: float, environment: dict | None) -> dict:
-    """Run one repro script with a limit; its output (stdout and stderr) and exit code as a record."""
+def run_repro(bundle: Path, script: str, timeout: float, environment: dict | None, probe: str | None = None) -> dict:
+    """Run one repro script with a limit; its output (stdout and stderr), exit code and call's probe id."""
     env = {k: v for k, v in os.environ.items() if k not in (FALLBACK_VAR, "PYTHONPATH")}
     start = time.monotonic()
     proc = subprocess.Popen([sys.executable, script], cwd=bundle, env=env, stdin=subprocess.DEVNULL,
@@ -124,7 +145,7 @@ def run_repro(bundle: Path, script: str, timeout: float, environment: dict | Non
         os.killpg(proc.pid, signal.SIGKILL)
         output, code = proc.communicate()[0] + f"\n[opscan: killed after {timeout:g} s]\n".encode(), None
     text = output.decode(errors="replace")[-OUTPUT_LIMIT:]
-    return {"kind": "repro", "script": script, "exit_code": code, "output": text,
+    return {"kind": "repro", "script": script, "probe": probe, "exit_code": code, "output": text,
             "duration": round(time.monotonic() - start, 3), "device": environment and environment.get("device"),
             "environment": environment}
 
@@ -134,8 +155,11 @@ def check_device(device: str) -> None:
     would otherwise record every probe's failure as an outcome)."""
     if os.environ.get(PLUGIN_ENV):  # a simulated device (tests)
         return
-    import torch
-
+    try:
+        import torch
+    except ImportError as exc:
+        raise BundleRunError(f"{sys.executable} cannot import torch ({exc}) — pip install torch, or set "
+                             "PYTHON=/path/to/python") from None
     usable = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
     if not usable.get(device, False):
         hint = ("a Mac with Apple Silicon and a torch built for MPS (macOS 14 or newer from torch 2.9)"
@@ -172,14 +196,29 @@ def run(bundle: Path, workers: int | None) -> int:
         writer.write({"kind": "host", "files": host_files(bundle)})
     result = run_probes(probes, options, writer.done, writer, writer.environments)
     environment = result.environments.get("off")
-    for script in manifest.get("repro", []):
-        if script not in writer.repro:
-            print(f"opscan bundle: running {script}", file=sys.stderr, flush=True)
-            writer.write(run_repro(bundle, script, manifest.get("repro_timeout", 120), environment))
+    for entry in manifest.get("repro", []):
+        if entry["script"] not in writer.repro:
+            print(f"opscan bundle: running {entry['script']}", file=sys.stderr, flush=True)
+            writer.write(run_repro(bundle, entry["script"], manifest.get("repro_timeout", 120), environment,
+                                   entry["probe"]))
     writer.finish({"probes": len(probes), "off": len(result.off), "on": len(result.on), "reused": result.reused,
                    "repro": len(manifest.get("repro", []))})
     print(f"opscan bundle: done — {RESULTS} is complete; copy it back and run `opscan merge`", file=sys.stderr)
     return 0
+
+
+def preflight(bundle: Path) -> str:
+    """run.sh's first check, before it writes anything: the files match the manifest, torch imports and can use
+    the bundle's device, and no other run holds the lock. What to record of Python and torch."""
+    manifest = json.loads((bundle / MANIFEST).read_text())
+    check_files(bundle, manifest)
+    check_device(manifest["device"])
+    if (bundle / "results" / ".lock").exists():
+        hold_lock(bundle / "results").close()
+    import torch
+
+    return (f"{sys.version}\ntorch {torch.__version__} {torch.version.git_version} mps "
+            f"{torch.backends.mps.is_available()}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,11 +227,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("bundle", help="the bundle folder (holds manifest.json)")
     parser.add_argument("--workers", type=int, help="probe processes per pass (default: the bundle's, else min(4, "
                                                     "cores))")
+    parser.add_argument("--check", action="store_true", help="only check that the bundle can run here (run.sh's "
+                        "first step); print the Python and torch versions")
     ns = parser.parse_args(argv)
     try:
+        if ns.check:
+            print(preflight(Path(ns.bundle).resolve()))
+            return 0
         return run(Path(ns.bundle).resolve(), ns.workers)
     except OpscanError as exc:
         print(f"opscan bundle: error: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:  # an unreadable or broken manifest.json
+        print(f"opscan bundle: error: cannot read {ns.bundle}/{MANIFEST} ({exc}) — unpack the bundle again",
+              file=sys.stderr)
         return 2
 
 

@@ -7,7 +7,7 @@
     {"kind": "host", "files": {}}  the environment run.sh recorded in results/env/ (first start only)
     {"kind": "environment", "pass": "off", "environment": {...}}      a pass's worker record
     {"kind": "outcome", ...}       one PassOutcome per probe and pass, as they arrive
-    {"kind": "repro", "script": "repro/...", "exit_code": 0, "output": "...", "environment": {...}}
+    {"kind": "repro", "script": "repro/...", "probe": ID, "exit_code": 0, "output": "...", "environment": {...}}
     {"kind": "end", "counts": {...}, "digest": "<sha256 of every byte before this line>"}
 
 A killed run leaves no `end` line (and maybe a torn last line); rerunning run.sh drops the torn line,
@@ -37,9 +37,23 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def bundle_hash(files: dict) -> str:
-    """The bundle's identity: sha256 over its manifest's file list (path -> sha256), sorted by path."""
-    return digest("".join(f"{sha}  {path}\n" for path, sha in sorted(files.items())).encode())
+def bundle_hash(manifest: dict) -> str:
+    """The bundle's identity: sha256 of its canonical manifest (every field but `bundle_hash`: the scan flags,
+    device, runner options, repro list, fingerprint and the sha256 of every other file)."""
+    body = {k: v for k, v in manifest.items() if k != "bundle_hash"}
+    return digest(json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False).encode())
+
+
+def bundle_problem(folder: Path, manifest: dict) -> str | None:
+    """What makes a bundle folder differ from its manifest (None when it matches): the manifest's own hash,
+    then every file it lists (run.sh, README.txt, probes.jsonl, src/, repro/), byte for byte."""
+    if not isinstance(manifest.get("files"), dict) or bundle_hash(manifest) != manifest.get("bundle_hash"):
+        return "manifest.json does not match its bundle_hash"
+    for rel, sha in sorted(manifest["files"].items()):
+        path = Path(folder) / rel
+        if not path.is_file() or digest(path.read_bytes()) != sha:
+            return f"{rel} differs from the bundle's manifest"
+    return None
 
 
 def parse_lines(data: bytes) -> tuple[list[dict], int, int | None]:

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Callable
 
 from opscan.probe.launch import EOF, TIMEOUT, LaunchError, SpawnLauncher, ZygoteLauncher, describe_exit
@@ -60,8 +61,9 @@ def isolation_for(options: RunnerOptions) -> str:
 class Pool:
     """`workers` warm processes of one pass; see the module docstring for what happens on a failure."""
 
-    def __init__(self, pass_name: str, options: RunnerOptions, on_outcome: Callable[[PassOutcome], None]):
-        self.pass_name, self.options, self.on_outcome = pass_name, options, on_outcome
+    def __init__(self, pass_name: str, options: RunnerOptions, on_outcome: Callable[[PassOutcome], None],
+                 on_hello: Callable[[dict], None] | None = None):
+        self.pass_name, self.options, self.on_outcome, self.on_hello = pass_name, options, on_outcome, on_hello
         self.hello: dict | None = None
         self._lock = threading.Lock()
         self.launcher = self._launcher()
@@ -115,8 +117,11 @@ class Pool:
 
     def _start(self):
         handle, hello = self.launcher.start()
-        with self._lock:
-            self.hello = self.hello or hello
+        with self._lock:  # the first hello is handed on before any outcome of the pass
+            if self.hello is None and hello is not None:
+                self.hello = hello
+                if self.on_hello is not None:
+                    self.on_hello(hello)
         return handle
 
     def _probe(self, probe: ProbeCall, handle):
@@ -211,12 +216,17 @@ def run_probes(probes, options: RunnerOptions, done: dict | None = None, observe
         todo = [p for p in wanted if p.id not in passes[pass_name]]
         if todo:
             observer.pass_started(pass_name, len(todo))
-            pool = Pool(pass_name, options, observer.outcome)
+            pool = Pool(pass_name, options, observer.outcome, partial(_hello, envs, observer, pass_name))
             passes[pass_name].update(pool.run(todo))
-            if pool.hello is not None and pass_name not in envs:
-                envs[pass_name] = pool.hello
-                observer.environment(pass_name, pool.hello)
     return RunResult(passes["off"], passes["on"], envs, reused)
+
+
+def _hello(envs: dict, observer: Observer, pass_name: str, record: dict) -> None:
+    """A pass's first worker said hello: record its environment (journaled at once, before its outcomes: a run
+    killed later keeps it) unless an earlier run already did."""
+    if pass_name not in envs:
+        envs[pass_name] = record
+        observer.environment(pass_name, record)
 
 
 def _needs_on(probes, off: dict, on_pass: str) -> list:
