@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `opscan accept` on CUDA against the CPU reference: resnet18 and BERT pass in float32; a 1e-3 perturbation
 # of one weight on the target is caught at that tensor; float16 shows a measured divergence named at its first
-# tensor; a buffer left out of the state dict fails the checkpoint round trip, named. Run from the repository
-# root on a machine with a CUDA GPU (torch, torchvision, transformers; no network needed):
+# tensor; a buffer left out of the state dict fails the checkpoint round trip, named; a step whose backward
+# raises PyTorch's missing-kernel text on the target (simulated: examples/accept_unsupported.py) is a finding
+# naming the op; a model that runs one layer on the CPU mid-forward gets lane dual-track, not mac-first.
+# Run from the repository root on a machine with a CUDA GPU (torch, torchvision, transformers; no network):
 #
 #     export PYTHONPATH=$PWD HF_HUB_OFFLINE=1; bash bench/accept_cuda_check.sh OUT_DIR
 #
@@ -23,7 +25,8 @@ RESNET=examples/accept_resnet18.py:build_model
 BERT=examples/hf_bert.py:build_model
 passed=0; total=0
 
-case_() {  # label expectation target [opscan accept flags...]; expectation: pass | diverge[:TENSOR] | roundtrip:TENSOR
+case_() {  # label expectation target [opscan accept flags...]
+  # expectation: pass | diverge[:TENSOR] | roundtrip:TENSOR | stopped:OP (the target run fails on OP) | lane:NAME
   local label=$1 expect=$2 target=$3; shift 3
   local start=$SECONDS code
   "$PY" -m opscan accept "$target" --device "$DEVICE" --reference cpu -o "$OUT/$label" -q "$@" \
@@ -49,6 +52,10 @@ if kind == "pass":
     ok = code == "0" and first is None and trip is None
 elif kind == "diverge":
     ok = code == "1" and first is not None and (not tensor or first["name"] == tensor)
+elif kind == "stopped":  # the target run fails on an op: a finding (exit 1) naming it, lane linux-gpu-first
+    ok = code == "1" and tensor in str(verdict.get("target_failure")) and verdict["lane"]["name"] == "linux-gpu-first"
+elif kind == "lane":  # runs and compares fine, but the lane is this one (the CPU-layer model: dual-track)
+    ok = code == "0" and first is None and verdict["lane"]["name"] == tensor
 else:
     ok = code == "1" and trip is not None and trip["name"] == tensor
 worst_text = ", ".join(f"{k} {v:.1e}" if isinstance(v, float) else f"{k} {v}" for k, v in worst.items())
@@ -67,5 +74,12 @@ case_ bert-perturb diverge:bert.encoder.layer.0.attention.self.query.weight "$BE
 case_ resnet18-float16 diverge "$RESNET" --dtype float16
 case_ bert-float16 diverge "$BERT" --dtype float16
 case_ buffer-round-trip roundtrip:norm.scale examples/accept_buffer.py:build_model
+if [ "$DEVICE" = cpu ]; then  # the reference runs on the CPU too: tell the target apart by its dtype
+  case_ unsupported-op stopped:aten::put_ examples/accept_unsupported.py:build_model --dtype bfloat16 \
+    --arg unsupported_on=bfloat16
+else
+  case_ unsupported-op stopped:aten::put_ examples/accept_unsupported.py:build_model --arg "unsupported_on=$DEVICE"
+fi
+case_ cpu-layer lane:dual-track examples/accept_cpu_layer.py:build_model
 echo "accept_cuda: $passed/$total cases as expected"
 [ "$passed" = "$total" ]
