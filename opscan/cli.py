@@ -130,11 +130,18 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: --help/--version exit 0, usage errors exit 2
         return int(exc.code or 0)
     _configure_logging(args.verbose - args.quiet)
+    return run_guarded(lambda: _run(args), args.verbose)
+
+
+def run_guarded(body, verbose: int = 0) -> int:
+    """Run one command's body and map what it raises to the documented exit codes: a user's error is one
+    line and exit 2 (with `-v`, the user's own traceback), an interrupt exit 2, anything else is our bug
+    (traceback, exit 3). Every subcommand's `main` goes through here."""
     try:
-        return _run(args)
+        return body()
     except OpscanError as exc:
         print(f"opscan: error: {exc}", file=sys.stderr)
-        if args.verbose and exc.user_traceback:
+        if verbose and exc.user_traceback:
             print(exc.user_traceback, file=sys.stderr)
         return ExitCode.USAGE
     except KeyboardInterrupt:

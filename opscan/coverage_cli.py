@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-import traceback
 
-from opscan.errors import ExitCode, OpscanError
+from opscan.errors import ExitCode
 
 EPILOG = """\
 kernel: mps (an MPS kernel in native_functions.yaml, own or via structured_delegate) · composite · python
@@ -49,19 +47,13 @@ def main(argv: list[str]) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    try:
-        sys.stdout.write(_run(args))
+    from opscan.cli import _emit, run_guarded
+
+    def body() -> int:
+        _emit(_run(args))
         return ExitCode.OK
-    except OpscanError as exc:
-        print(f"opscan: error: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return ExitCode.OK
-    except Exception:  # noqa: BLE001 - anything else is our bug
-        traceback.print_exc()
-        print("opscan: internal error — this is a bug in opscan; please report it", file=sys.stderr)
-        return ExitCode.INTERNAL
+
+    return run_guarded(body)
 
 
 def _run(args: argparse.Namespace) -> str:

@@ -14,11 +14,10 @@ import json
 import logging
 import os
 import sys
-import traceback
 from pathlib import Path
 
-from opscan.cli import _check_writable, _emit, _safe
-from opscan.errors import ExitCode, OpscanError, OutputError, UsageError
+from opscan.cli import _check_writable, _emit, _safe, run_guarded
+from opscan.errors import OutputError, UsageError
 
 log = logging.getLogger("opscan")
 
@@ -73,21 +72,7 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     captured = _configure_logging(args.quiet)
-    try:
-        return _run(args, captured)
-    except OpscanError as exc:
-        print(f"opscan: error: {exc}", file=sys.stderr)
-        if args.verbose and exc.user_traceback:
-            print(exc.user_traceback, file=sys.stderr)
-        return ExitCode.USAGE
-    except KeyboardInterrupt:
-        print("opscan: interrupted", file=sys.stderr)
-        return ExitCode.USAGE
-    except Exception:  # noqa: BLE001 - anything else is our bug
-        traceback.print_exc()
-        print("opscan: internal error — this is a bug in opscan; please report it with the traceback above",
-              file=sys.stderr)
-        return ExitCode.INTERNAL
+    return run_guarded(lambda: _run(args, captured), args.verbose)
 
 
 def _run(args: argparse.Namespace, captured: io.StringIO) -> int:

@@ -13,10 +13,9 @@ import argparse
 import logging
 import os
 import sys
-import traceback
 from pathlib import Path
 
-from opscan.errors import ExitCode, OpscanError, UsageError
+from opscan.errors import ExitCode, UsageError
 
 log = logging.getLogger("opscan")
 OUTPUT_FLAGS = ("-o", "--output-dir")
@@ -37,23 +36,11 @@ def bundle_parser() -> argparse.ArgumentParser:
 
 
 def _guarded(run, args) -> int:
-    from opscan.cli import _configure_logging
+    from opscan.cli import _configure_logging, run_guarded
 
     _configure_logging(getattr(args, "verbose", 0) - getattr(args, "quiet", 0))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        return run(args)
-    except OpscanError as exc:
-        print(f"opscan: error: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
-    except KeyboardInterrupt:
-        print("opscan: interrupted", file=sys.stderr)
-        return ExitCode.USAGE
-    except Exception:  # noqa: BLE001 - anything else is our bug
-        traceback.print_exc()
-        print("opscan: internal error — this is a bug in opscan; please report it with the traceback above",
-              file=sys.stderr)
-        return ExitCode.INTERNAL
+    return run_guarded(lambda: run(args), getattr(args, "verbose", 0))
 
 
 def main(argv: list[str]) -> int:

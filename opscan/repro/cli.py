@@ -17,11 +17,10 @@ import argparse
 import difflib
 import json
 import sys
-import traceback
 from pathlib import Path
 
-from opscan.cli import _emit
-from opscan.errors import ExitCode, OpscanError, OutputError
+from opscan.cli import _emit, run_guarded
+from opscan.errors import ExitCode, OutputError
 
 EPILOG = """\
 OP: display spelling, aten::take or aten::take.default or aten::add.Tensor. Scripts: python repro_N.py
@@ -54,15 +53,7 @@ def main(argv: list[str]) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    try:
-        return _run(args)
-    except OpscanError as exc:
-        print(f"opscan: error: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
-    except Exception:  # noqa: BLE001 - anything else is our bug
-        traceback.print_exc()
-        print("opscan: internal error — this is a bug in opscan; please report it", file=sys.stderr)
-        return ExitCode.INTERNAL
+    return run_guarded(lambda: _run(args))
 
 
 def _run(args: argparse.Namespace) -> int:
