@@ -132,3 +132,37 @@ def test_composite_callees_replace_the_composite():
     assert forward == [("aten::empty_strided", "aten::put"), ("aten::copy_", "aten::put"),
                        ("aten::put_", "aten::put")]
     assert all(op != "aten::put" for op, _ in forward)
+
+
+def test_mps_only_ops_are_replayed_from_the_call_the_lens_saw(infer):
+    # _fused_rms_norm, attention's MPS kernel and _lstm_mps exist only on MPS: their probes on mps are rebuilt
+    # from F.rms_norm / F.scaled_dot_product_attention / torch.lstm's own arguments, not left unknown
+    from opscan.probe import calls, replay
+
+    trace, view = infer
+    plan = calls.plan(trace, view, "mps")
+    by_op = {p.op: p for p in plan.probes}
+    assert not [why for why in plan.unreplayable.values() if "_lstm_mps" in why or "rms" in why or "sdpa" in why]
+    rms = by_op["aten::_fused_rms_norm"]
+    assert [t.shape for t in rms.tensors] == [(2, 3, 8), (8,)]
+    assert rms.spec == {"args": [{"t": 0}, [8], {"t": 1}, None], "kwargs": {}}
+    sdpa = by_op["aten::_scaled_dot_product_attention_math_for_mps"]
+    assert [t.shape for t in sdpa.tensors] == [(2, 1, 3, 8)] * 3
+    assert sdpa.spec == {"args": [{"t": 0}, {"t": 1}, {"t": 2}, None, 0.0, False, None],
+                         "kwargs": {"scale": None, "enable_gqa": False}}
+    lstm = by_op["aten::_lstm_mps"]
+    assert lstm.spec["args"][3:] == [True, 1, 0.0, False, False, True]  # has_biases ... batch_first
+    assert [t.shape for t in lstm.tensors] == [(2, 3, 8), (1, 2, 8), (1, 2, 8), (32, 8), (32, 8), (32,), (32,)]
+
+    # _fused_rms_norm also has a composite kernel, so its replay runs here and equals F.rms_norm
+    func = replay.resolve(rms.op)
+    tensors = replay.build(rms, func)
+    args, kwargs = replay.materialize(rms, tensors, "cpu", wide=False)
+    expected = F.rms_norm(args[0], [8], args[2])
+    assert torch.allclose(func(*args, **kwargs)[0], expected)
+    # the MPS-only ops bind to their schemas: on the CPU they fail for want of a kernel, not for their arguments
+    for probe in (sdpa, lstm):
+        func = replay.resolve(probe.op)
+        args, kwargs = replay.materialize(probe, replay.build(probe, func), "cpu", wide=False)
+        with pytest.raises(NotImplementedError, match="from the 'CPU' backend"):
+            func(*args, **kwargs)

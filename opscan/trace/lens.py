@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from opscan.opkey import OpKey
+from opscan.trace.argspec import encode
 from opscan.trace.attribution import GradFnMapper, ModuleTracker
 from opscan.trace.guard import call_through
 from opscan.trace.records import Group
@@ -120,6 +121,7 @@ class MpsLens(TorchFunctionMode):
             end=len(self.recorder.calls), nodes=frozenset(self._new_nodes(out)),
             dtypes=tuple(_dtype(t) for t in _tensor_args(args, kwargs)),
             module=self.tracker.current or "", condition=branch.condition, source=branch.source,
+            call=_call(args, kwargs) if decision[0] == "replace" else None,
         ))
         return out
 
@@ -136,6 +138,12 @@ class MpsLens(TorchFunctionMode):
             found.add(seq)
             todo.extend(fn for fn, _ in node.next_functions)
         return found
+
+
+def _call(args, kwargs):
+    """The high-level call as replayable data: its tensors' metadata in argspec order, and its argspec."""
+    metas = tuple((_dtype(t), tuple(t.shape), tuple(t.stride())) for t in _tensor_args(args, kwargs))
+    return metas, encode(args, kwargs)
 
 
 def _grad_needed(args, kwargs) -> bool:

@@ -98,6 +98,8 @@ class Group:
     calls run by the autograd nodes in `nodes` become one `backward` op per backward pass.
     `mode` "steer": the lens ran the op the way MPS does (e.g. the math path of attention), so the
     recorded calls already are what MPS dispatches; kept here for the report's notes.
+    `call` (a "replace" group): the high-level call itself, as the lens saw it — its tensors' (dtype, shape,
+    stride) in argument order and its argspec — so a probe can replay the op MPS runs with the same arguments.
     """
 
     rule: str
@@ -111,3 +113,4 @@ class Group:
     module: str
     condition: str
     source: str
+    call: tuple[tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...], dict] | None = None
