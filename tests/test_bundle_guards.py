@@ -91,3 +91,13 @@ def test_the_bundle_folder_and_its_zip_must_be_new(tmp_path, monkeypatch, capsys
     assert err == "opscan: error: new.zip already exists — remove it, or pass -o with a new folder for the bundle"
     assert (tmp_path / "new.zip").read_text() == "mine" and not (tmp_path / "elsewhere").exists()
     assert (tmp_path / "bundles" / "SmallNet" / "keep.txt").read_text() == "mine"
+
+
+def test_merge_of_a_missing_results_file_says_so(tmp_path, capsys):
+    from opscan.cli import main
+
+    missing = tmp_path / "results.jsonl"
+    assert main(["merge", str(missing)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"opscan: error: no results file {missing} — pass the results/results.jsonl that run.sh wrote "
+                   "on the Mac"]

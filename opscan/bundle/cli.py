@@ -157,6 +157,8 @@ def _merge(args) -> int:
     from opscan.bundle.merge import differences, load_bundle, merged_report, real_outputs
 
     path = Path(args.results)
+    if not path.is_file():
+        raise UsageError(f"no results file {path} — pass the results/results.jsonl that run.sh wrote on the Mac")
     folder = Path(args.bundle) if args.bundle else path.resolve().parent.parent
     if not args.bundle and not (folder / "manifest.json").is_file():
         raise UsageError(f"no bundle above {path} — pass --bundle DIR (the folder `opscan bundle -o` wrote)")
