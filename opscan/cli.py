@@ -28,8 +28,12 @@ EPILOG = """\
 exit codes: 0 nothing at or above --fail-on (default: findings never fail) · 1 findings at or above
 --fail-on · 2 usage, target or environment error · 3 internal error (a bug in opscan: please report it)
 
-`opscan coverage [--torch-version X] [--diff A B] ...` prints the MPS knowledge base of a torch release
-(every overload's status, kernel, first native release); `opscan coverage --help` for its flags.
+subcommands (each with its own --help):
+  opscan coverage [--torch-version X] [--diff A B]   the MPS knowledge base of a torch release
+  opscan repro REPORT.json OP [--minimize]           standalone repro scripts and ISSUE.md for one finding
+  opscan bundle TARGET [scan flags] -o DIR           the probes packed for a Mac you reach over SSH
+  opscan merge RESULTS.jsonl [--bundle DIR]          fold a bundle's results into the measured report
+  opscan accept TARGET [--device D]                  the real step on a device against the CPU reference
 
 TARGET: path/to/model.py:build_model or package.module:factory (e.g. torchvision.models:resnet18).
 The factory returns an nn.Module or (model, example_inputs); the file may define example_inputs(),

@@ -250,6 +250,22 @@ def test_help_does_not_import_torch():
     assert done.stdout.startswith("usage: opscan")
 
 
+def test_every_subcommand_help_answers_without_torch():
+    from opscan.cli import SUBCOMMANDS
+
+    code = (
+        "import sys\n"
+        "from opscan.cli import main, SUBCOMMANDS\n"
+        "for name in SUBCOMMANDS:\n"
+        "    assert main([name, '--help']) == 0, name\n"
+        "    assert 'torch' not in sys.modules, f'opscan {name} --help imported torch'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [line.split()[2] for line in done.stdout.splitlines() if line.startswith("usage: opscan ")] == \
+        list(SUBCOMMANDS)
+
+
 def test_python_m_opscan_version():
     done = subprocess.run([sys.executable, "-m", "opscan", "--version"], capture_output=True, text=True,
                           timeout=60)
