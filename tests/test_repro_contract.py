@@ -68,6 +68,25 @@ def test_real_outputs_stay_with_their_call_when_scripts_swap_numbering(predicted
     assert "KEYED BY PATH" not in by_path[COPY_ISSUE]  # the old key is not a call
 
 
+def test_collect_env_recorded_on_the_mac_fills_the_versions_block(predicted):
+    # a bundle's run.sh records `python -m torch.utils.collect_env`; merge hands it to ISSUE.md's Versions
+    from opscan.bundle.merge import real_outputs
+    from opscan.bundle.results import Results
+
+    report = _report(predicted)
+    first = _copy_calls(report)[0]["probe"]["id"]
+    line = {"probe": first, "device": "mps", "exit_code": 1, "output": "raised", "environment": {"macos": "15.3"}}
+    results = Results({}, {}, {}, {"collect_env": "PyTorch version: 2.14.1\nIs MPS available: True"},
+                      {"repro/aten_copy_/repro_1.py": line}, {})
+    outputs = real_outputs(results)
+    assert outputs[first]["environment"] == {"macos": "15.3", "collect_env": "PyTorch version: 2.14.1\nIs MPS "
+                                                                             "available: True"}
+    issue = render_files(report, real_outputs=outputs)[COPY_ISSUE]
+    versions = issue[issue.index("### Versions"):]
+    assert "PyTorch version: 2.14.1\nIs MPS available: True" in versions and "Paste the output" not in versions
+    assert "- macOS: 15.3" in versions
+
+
 def _take(report: dict) -> dict:
     return next(f for f in report["repro"]["findings"] if f["op"] == "aten::take")
 

@@ -117,8 +117,11 @@ def differences(report) -> list[str]:
 def real_outputs(results: Results) -> dict:
     """What each repro script printed on the Mac, keyed by the probe id of the call it replays (the repro
     section's `findings[].calls[].probe.id`), for opscan.repro.render_files."""
+    collect_env = results.host.get("collect_env")  # run.sh's `python -m torch.utils.collect_env`, when recorded
     return {line["probe"]: {"device": line.get("device"), "exit_code": line.get("exit_code"),
-                            "output": line.get("output"), "environment": line.get("environment")}
+                            "output": line.get("output"),
+                            "environment": {**(line.get("environment") or {}),
+                                            **({"collect_env": collect_env} if collect_env else {})}}
             for line in results.repro.values() if line.get("probe")}
 
 

@@ -201,7 +201,8 @@ def _versions(report: dict, device: str, scripts, real_outputs: dict) -> str:
         env = measured_environment(report)
     env = env or {}
     missing = "fill in: not measured on this device"
-    lines = ["### Versions\n", fenced("Paste the output of `python -m torch.utils.collect_env` here."),
+    collected = env.get("collect_env")  # recorded on the Mac by a bundle's run.sh
+    lines = ["### Versions\n", fenced(collected or "Paste the output of `python -m torch.utils.collect_env` here."),
              "What collect_env does not show for MPS:\n",
              f"- macOS: {env.get('macos') or missing}",
              f"- chip: {env.get('chip') or missing}",
