@@ -60,12 +60,13 @@ def prepare(options: ScanOptions) -> Prepared:
     return Prepared(kb, target, trace, mps_view(trace), trackers)
 
 
-def scan(options: ScanOptions, session=None) -> Report:
-    """Run the whole predicted scan of one target and return its Report."""
+def scan(options: ScanOptions, session=None, prepared: Prepared | None = None) -> Report:
+    """Run the whole predicted scan of one target and return its Report (`prepared`: reuse a trace that
+    prepare(options) already made, as `opscan bundle` does after planning its probes)."""
     from opscan.history import since_and_upgrade, with_since
     from opscan.predict import classify_call, decided_by
 
-    prepared = prepare(options)
+    prepared = prepared or prepare(options)
     kb, target, trace, view, trackers = (prepared.kb, prepared.target, prepared.trace, prepared.view,
                                          prepared.trackers)
     cache: dict = {}

@@ -91,8 +91,8 @@ def _bundle(args) -> int:
     log.info("planning the probes for %s …", device)
     probe_plan = plan(prepared.trace, prepared.view, device, max_elements)
     timeout = ProbeOptions(timeout=args.probe_timeout).timeout
-    # the predicted findings' scripts: scan() traces the target once more (it takes no prepared trace)
-    repro, repro_probes = repro_files(scan(options), device)
+    # the predicted findings' scripts, from the same trace
+    repro, repro_probes = repro_files(scan(options, prepared=prepared), device)
     spec = BundleSpec(args.target, name, tuple(args.scan_argv), probe_plan, args.workers, timeout,
                       repro=repro, repro_probes=repro_probes, repro_timeout=args.repro_timeout)
     files = bundle_files(spec, folder.name)
