@@ -34,10 +34,10 @@ def trace_7b(size: str, layers: int | None):
     """(trace, MPS view, verdicts, rows) of the LLaMA step."""
     from opscan.knowledge import load_knowledge
     from opscan.mps_view import mps_view
-    from opscan.predict import classify_call
+    from opscan.predict.calls import predict_call
     from opscan.report import make_row
     from opscan.scan import ScanOptions, collect_rows, run_trace
-    from opscan.target import load_target
+    from opscan.target.load import load_target
 
     args = {"size": size, **({"layers": layers} if layers else {})}
     kb = load_knowledge()
@@ -51,7 +51,7 @@ def trace_7b(size: str, layers: int | None):
     trace, _ = _timed("trace (not this issue)", run_trace, target, options, kb)
     view = mps_view(trace)
     cache: dict = {}
-    found = [classify_call(c, kb, cache) for c in view]
+    found = [predict_call(c, kb, cache) for c in view]
     rows = tuple(make_row(use, f) for use, f in collect_rows(view, found))
     return trace, view, [f.verdict for f in found], rows
 

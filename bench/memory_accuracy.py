@@ -123,7 +123,7 @@ def estimate(name: str, batch: int) -> int:
     from opscan.memory.estimate import estimate as sweep
     from opscan.memory.stage import where_of
     from opscan.scan import ScanOptions, _fake_choice, run_trace
-    from opscan.target import load_target
+    from opscan.target.load import load_target
 
     options = ScanOptions(SPEC, args={"name": name, "batch": batch}, fake=True)
     kb = _knowledge()

@@ -35,7 +35,7 @@ from opscan.probe.launch import SpawnLauncher  # noqa: E402
 from opscan.probe.protocol import TensorSpec  # noqa: E402
 from opscan.probe.runner import RunnerOptions, ask, pass_env, run_probes  # noqa: E402
 from opscan.scan import ScanOptions, run_trace  # noqa: E402
-from opscan.target import load_target  # noqa: E402
+from opscan.target.load import load_target  # noqa: E402
 
 TARGET = str(REPO / "examples" / "cnn.py") + ":build_model"
 

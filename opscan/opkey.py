@@ -88,3 +88,17 @@ class OpKey:
         """Build from a torch OpOverload (anything whose str() is "ns.name.overload")."""
         namespace, name, overload = str(func).split(".")
         return cls(namespace, name, overload)
+
+
+def signature_text(dtypes: tuple[str, ...]) -> str:
+    """A dtype signature in short but lossless form: ("float32", "float32", "int64") -> "float32×2,int64".
+
+    Rows are keyed by the whole signature, so two rows of one op must never print alike.
+    """
+    runs: list[list] = []
+    for dtype in dtypes:
+        if runs and runs[-1][0] == dtype:
+            runs[-1][1] += 1
+        else:
+            runs.append([dtype, 1])
+    return ",".join(d if n == 1 else f"{d}×{n}" for d, n in runs) or "-"

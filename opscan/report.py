@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from opscan.graph.lanes import Lane, decide_lane, reason_of
 from opscan.opkey import OpKey
 from opscan.verdict import Classification, Evidence, Source, Verdict
 
@@ -65,18 +66,6 @@ class Row:
 
 
 @dataclass(frozen=True)
-class Lane:
-    """The platform decision and the rows that decided it."""
-
-    name: str
-    reasons: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return {"name": self.name, "reasons": list(self.reasons)}
-
-
-@dataclass(frozen=True)
 class Report:
     """Everything a scan found; reporters are pure functions of this object."""
 
@@ -94,7 +83,7 @@ class Report:
     modules: tuple[tuple[str, str], ...] = ()
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
-    graph: dict[str, Any] | None = None  # the step graph: counts, each finding's neighbourhood (graph_views.py)
+    graph: dict[str, Any] | None = None  # the step graph: counts, each finding's neighbourhood (graph/views.py)
     transfers: dict[str, Any] | None = None  # host<->device copies per step (transfers.py)
     step_graph: Any = field(default=None, repr=False, compare=False)  # the networkx graph, for GraphML only
 
@@ -155,48 +144,6 @@ def make_row(use: RowUse, found: Classification, source: Source = Source.PREDICT
     )
 
 
-_LINUX = {Verdict.ERROR, Verdict.CRASH, Verdict.TIMEOUT, Verdict.MISMATCH}
-_DUAL = {Verdict.CPU_FALLBACK, Verdict.UNSUPPORTED, Verdict.UNSUPPORTED_DTYPE, Verdict.UNKNOWN}
-
-
-def decide_lane(rows: tuple[Row, ...], heavy: tuple[str, ...] = (), memory: dict[str, str] | None = None) -> Lane:
-    """mac-first / dual-track / linux-gpu-first per the contract, listing the deciding rows.
-
-    `heavy`: reasons from the transfer rule (lanes.transfer_reasons), when the CPU fallback would move
-    more bytes per step than the step's parameters and activations; they make the lane linux-gpu-first.
-    `memory`: the memory section's lane effect `{fit, reason}` (memory/section.py), when estimated:
-    `does_not_fit` (no Mac) makes it linux-gpu-first, `tight` (on every Mac it runs on) dual-track;
-    mac-first needs `fits`, and lists it.
-    """
-    fit = (memory or {}).get("fit")
-    why = lambda level: ((memory or {})["reason"],) if fit == level else ()  # noqa: E731
-    linux = [r for r in rows if r.verdict in _LINUX]
-    if linux or heavy or fit == "does_not_fit":
-        return Lane("linux-gpu-first", tuple(_reason(r) for r in linux) + tuple(heavy) + why("does_not_fit"))
-    dual = [r for r in rows if r.verdict in _DUAL]
-    if dual or fit == "tight":
-        return Lane("dual-track", tuple(_reason(r) for r in dual) + why("tight"))
-    return Lane("mac-first", (f"all {len(rows)} rows are native",) + why("fits"))
-
-
-def _reason(row: Row) -> str:
-    return f"{row.op.display} [{signature_text(row.dtypes)}] is {row.verdict.value}: {row.evidence.text}"
-
-
-def signature_text(dtypes: tuple[str, ...]) -> str:
-    """A dtype signature in short but lossless form: ("float32", "float32", "int64") -> "float32×2,int64".
-
-    Rows are keyed by the whole signature, so two rows of one op must never print alike.
-    """
-    runs: list[list] = []
-    for dtype in dtypes:
-        if runs and runs[-1][0] == dtype:
-            runs[-1][1] += 1
-        else:
-            runs.append([dtype, 1])
-    return ",".join(d if n == 1 else f"{d}×{n}" for d, n in runs) or "-"
-
-
 def count_phases(calls) -> dict[str, dict[str, int]]:
     """Per phase: top-level device-work calls and bookkeeping calls (composite callees excluded)."""
     work = Counter(c.phase for c in calls if not c.bookkeeping and c.parent is None)
@@ -231,7 +178,7 @@ def _transfer_reasons(report: Report) -> tuple[str, ...]:
     if report.lane.name != "linux-gpu-first":
         return ()
     memory = ((report.extra.get("memory") or {}).get("lane") or {}).get("reason")
-    from_rows = {_reason(r) for r in report.rows} | {memory}
+    from_rows = {reason_of(r) for r in report.rows} | {memory}
     return tuple(r for r in report.lane.reasons if r not in from_rows)
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opscan import __version__
-from opscan.report import Report, RowUse, count_phases, decide_lane, make_row
+from opscan.report import Report, RowUse, count_phases, make_row
 from opscan.verdict import Classification
 
 
@@ -33,6 +33,44 @@ class ScanOptions:
     live: Any = None  # opscan.memory.live.LiveOptions: --memory, a few real iterations on a device
     repro: bool = False  # add the `repro` section: what standalone repro scripts of the findings need
 
+    def to_data(self) -> dict[str, Any]:
+        """The options as JSON data (a bundle's manifest stores them): factory arguments as their reprs, read
+        back with ast.literal_eval; `probe` and `live` are the run's, not the scan's, and are left out."""
+        data = {name: getattr(self, name) for name in DATA_FIELDS}
+        data["inputs"] = list(self.inputs)
+        data["args"] = {key: _literal_repr(key, value) for key, value in self.args.items()}
+        return data
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any], **overrides: Any) -> "ScanOptions":
+        """The options `to_data` stored, with `overrides` (probe options, a moved target) applied."""
+        import ast
+
+        fields = {name: data[name] for name in DATA_FIELDS}
+        fields["inputs"] = tuple(data["inputs"])
+        fields["args"] = {key: ast.literal_eval(text) for key, text in data["args"].items()}
+        return cls(**{**fields, **overrides})
+
+
+DATA_FIELDS = ("target", "inference", "dtype", "fx", "yaml_path", "fake", "auto_fake", "torch_version", "macos",
+               "memory", "repro")
+
+
+def _literal_repr(key: str, value: Any) -> str:
+    import ast
+
+    from opscan.errors import UsageError
+
+    text = repr(value)
+    try:
+        same = ast.literal_eval(text) == value
+    except (ValueError, SyntaxError):
+        same = False
+    if not same:
+        raise UsageError(f"--arg {key}: {text} cannot be stored as a Python literal — pass a value "
+                         "ast.literal_eval reads back (numbers, strings, tuples, lists, dicts)")
+    return text
+
 
 @dataclass(frozen=True)
 class Prepared:
@@ -47,10 +85,10 @@ class Prepared:
 
 def prepare(options: ScanOptions) -> Prepared:
     """Load the knowledge base and the target, trace the step, and build its MPS view."""
-    from opscan.inputs import parse_input
+    from opscan.target.inputs import parse_input
     from opscan.knowledge import load_knowledge
     from opscan.mps_view import mps_view
-    from opscan.target import load_target
+    from opscan.target.load import load_target
 
     kb = load_knowledge(yaml_path=options.yaml_path, release=options.torch_version, macos=options.macos)
     inputs = [parse_input(t) for t in options.inputs]
@@ -63,14 +101,14 @@ def prepare(options: ScanOptions) -> Prepared:
 def scan(options: ScanOptions, session=None, prepared: Prepared | None = None) -> Report:
     """Run the whole predicted scan of one target and return its Report (`prepared`: reuse a trace that
     prepare(options) already made, as `opscan bundle` does after planning its probes)."""
-    from opscan.history import since_and_upgrade, with_since
-    from opscan.predict import classify_call, decided_by
+    from opscan.predict.history import since_and_upgrade, with_since
+    from opscan.predict.calls import predict_call, decided_by
 
     prepared = prepared or prepare(options)
     kb, target, trace, view, trackers = (prepared.kb, prepared.target, prepared.trace, prepared.view,
                                          prepared.trackers)
     cache: dict = {}
-    verdicts = [classify_call(call, kb, cache) for call in view]
+    verdicts = [predict_call(call, kb, cache) for call in view]
     grouped = collect_rows(view, verdicts)
     since, upgrade = since_and_upgrade(view, verdicts, kb)
     rows = tuple(make_row(use, with_since(found, since.get((use.op, use.dtypes)), kb.release))
@@ -147,10 +185,10 @@ def memory_stage(target, trace, view, kb, options: ScanOptions, trackers: list) 
 
 def graph_stage(trace, view, verdicts, rows, memory: dict[str, Any] | None = None) -> dict[str, Any]:
     """The step graph, its transfers and the lane they help decide: the Report's keyword arguments."""
-    from opscan.graph import build_graph
-    from opscan.graph_views import graph_section
-    from opscan.lanes import transfer_reasons
-    from opscan.transfers import account, regions, transfer_section
+    from opscan.graph.build import build_graph
+    from opscan.graph.views import graph_section
+    from opscan.graph.lanes import decide_lane, transfer_reasons
+    from opscan.graph.transfers import account, regions, transfer_section
 
     g = build_graph(trace, view, verdicts)
     transfers = account(g)
@@ -165,7 +203,7 @@ def graph_stage(trace, view, verdicts, rows, memory: dict[str, Any] | None = Non
 def run_trace(target, options: ScanOptions, kb, trackers: list | None = None):
     """Trace the step as MPS would dispatch it, turning the user's own failures into StepError;
     with `trackers`, a memory tracker runs below the recorder and is appended to that list."""
-    from opscan.predict import has_mps_kernel, should_expand
+    from opscan.predict.calls import has_mps_kernel, should_expand
     from opscan.trace import TraceOptions, trace_step
     from opscan.trace.guard import user_step
     from opscan.trace.moves import explicit_moves

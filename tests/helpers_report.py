@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from opscan.opkey import OpKey
-from opscan.report import Lane, Report, Row
+from opscan.graph.lanes import Lane
+from opscan.report import Report, Row
 from opscan.verdict import Evidence, Source, Verdict
 
 

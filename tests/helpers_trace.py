@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from opscan.target import Target
+from opscan.target.load import Target
 from opscan.trace import Trace, TraceOptions, trace_step
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from opscan.accept.cli import main
+from opscan.cli.accept import main
 from opscan.accept.engine import AcceptOptions, accept
 
 from conftest import EXAMPLES

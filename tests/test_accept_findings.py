@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import torch
 
 from opscan.accept.checkpoint import Continued, compare_round_trip
-from opscan.accept.cli import main
+from opscan.cli.accept import main
 from opscan.accept.compare import compare_runs
 from opscan.accept.package import rerun_script
 from opscan.accept.run import Captured

@@ -18,7 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 from opscan.accept.lane import fallback_bytes_per_iteration, measured_lane
 from opscan.accept.placement import FallbackUse, Placement, PlacementRecorder, Transfer
-from opscan.target import load_target
+from opscan.target.load import load_target
 from opscan.trace import step
 from tests.conftest import EXAMPLES
 

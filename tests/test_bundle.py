@@ -88,8 +88,9 @@ def test_bundle_layout_manifest_and_zip(trip):
     bundle = trip["bundle"]
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["device"] == "cpu" and manifest["probes"] == len((bundle / "probes.jsonl").read_text().splitlines())
-    assert manifest["scan_argv"][:1] == [TARGET] and "--repro" in manifest["scan_argv"] and "-o" not in manifest[
-        "scan_argv"]
+    # the scan options as data (no argv to parse again), repro on so the merge writes the repro files
+    assert manifest["scan"]["target"] == TARGET and manifest["scan"]["repro"] is True
+    assert "output_dir" not in manifest["scan"] and "probe" not in manifest["scan"]
     assert {f"src/{rel}" for rel in VENDORED} <= set(manifest["files"]) and "run.sh" in manifest["files"]
     import zipfile
 
@@ -193,9 +194,9 @@ def test_corrupted_tampered_foreign_and_truncated_results_are_refused(trip, tmp_
     assert "foreign" in err and "--bundle" in err
 
 
-def _scan_argv_edited(folder: Path) -> None:
+def _scan_options_edited(folder: Path) -> None:
     manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["scan_argv"].append("--inference")
+    manifest["scan"]["inference"] = True
     (folder / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -211,8 +212,8 @@ def _appended(rel: str):
     (_appended("run.sh"), "run.sh differs from the bundle's manifest"),
     (_appended("README.txt"), "README.txt differs from the bundle's manifest"),
     (_appended("repro/aten_take/repro_1.py"), "repro/aten_take/repro_1.py differs from the bundle's manifest"),
-    (_scan_argv_edited, "manifest.json does not match its bundle_hash"),
-], ids=["probes", "run.sh", "README", "repro-script", "manifest-scan_argv"])
+    (_scan_options_edited, "manifest.json does not match its bundle_hash"),
+], ids=["probes", "run.sh", "README", "repro-script", "manifest-scan-options"])
 def test_a_modified_bundle_is_refused_on_the_mac_and_by_merge(trip, tmp_path, capsys, edit, says):
     copy = tmp_path / "copy"
     shutil.copytree(trip["bundle"], copy, ignore=shutil.ignore_patterns("results"))

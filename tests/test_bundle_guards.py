@@ -101,3 +101,16 @@ def test_merge_of_a_missing_results_file_says_so(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"opscan: error: no results file {missing} — pass the results/results.jsonl that run.sh wrote "
                    "on the Mac"]
+
+
+def test_a_bundle_of_the_earlier_format_is_refused_with_a_request_to_bundle_again(tmp_path, capsys):
+    # format 1 stored the scan's argv for merge to parse again; format 2 stores the options as data
+    folder = tmp_path / "old"
+    (folder / "results").mkdir(parents=True)
+    manifest = {"format": 1, "scan_argv": ["m.py:f"], "files": {}, "bundle_hash": "0" * 64}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    (folder / "probes.jsonl").write_text("")
+    (folder / "results" / "results.jsonl").write_text("{}\n")
+    assert main(["merge", str(folder / "results" / "results.jsonl")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "made by an earlier opscan (bundle format 1" in err[0] and "opscan bundle" in err[0]

@@ -1,4 +1,4 @@
-"""Tests of the predict rules (opscan.classify.predict) against the installed torch's knowledge."""
+"""Tests of the predict rules (opscan.predict.rules.predict) against the installed torch's knowledge."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from opscan.classify import predict
+from opscan.predict.rules import predict_op
 from opscan.knowledge import default_yaml_path, installed_release, load_knowledge
 from opscan.knowledge.shape_rules import note_from_shapes
 from opscan.opkey import OpKey
@@ -56,9 +56,9 @@ def mutated(kb, tmp_path, func: str, release: str | None = None):
 
 def test_mutating_the_yaml_flips_native_batch_norm(kb, tmp_path):
     op = K("aten::native_batch_norm")
-    assert predict(op, F32, kb).verdict is Verdict.NATIVE
+    assert predict_op(op, F32, kb).verdict is Verdict.NATIVE
     broken = mutated(kb, tmp_path, "native_batch_norm(")
-    result = predict(op, F32, broken)
+    result = predict_op(op, F32, broken)
     assert result.verdict is Verdict.UNSUPPORTED and result.evidence.rule == "no-mps-kernel"
     assert broken.kb_version != kb.kb_version
     assert broken.yaml.mps_counts()[0] == kb.yaml.mps_counts()[0] - 1
@@ -83,7 +83,7 @@ def test_mutating_the_yaml_flips_native_batch_norm(kb, tmp_path):
     ("c10d::allreduce_", F32, Verdict.ERROR, "c10d-no-fallback"),
 ])
 def test_rules(kb, op, dtypes, verdict, rule):
-    result = predict(K(op), dtypes, kb)
+    result = predict_op(K(op), dtypes, kb)
     assert (result.verdict, result.evidence.rule) == (verdict, rule)
     assert kb.release in result.evidence.text and result.evidence.source
     assert (result.remedy is None) == (verdict is Verdict.NATIVE)
@@ -91,30 +91,30 @@ def test_rules(kb, op, dtypes, verdict, rule):
 
 def test_complex64_needs_the_supported_complex_list(kb):
     if kb.common_mps is None:
-        result = predict(K("aten::add.Tensor"), ("complex64",), kb)
+        result = predict_op(K("aten::add.Tensor"), ("complex64",), kb)
         assert result.evidence.rule == "dtype-complex-no-list"
         return
-    assert predict(K("aten::add.Tensor"), ("complex64",), kb).verdict is Verdict.NATIVE
-    assert predict(K("aten::add_.Tensor"), ("complex64",), kb).verdict is Verdict.NATIVE
-    result = predict(K("aten::topk"), ("complex64",), kb)
+    assert predict_op(K("aten::add.Tensor"), ("complex64",), kb).verdict is Verdict.NATIVE
+    assert predict_op(K("aten::add_.Tensor"), ("complex64",), kb).verdict is Verdict.NATIVE
+    result = predict_op(K("aten::topk"), ("complex64",), kb)
     assert (result.verdict, result.evidence.rule) == (Verdict.UNSUPPORTED_DTYPE, "dtype-complex")
     assert "by name" in result.evidence.text and "SUPPORTED_COMPLEX_OPS" in result.evidence.source
-    assert predict(K("aten::topk"), ("complex32",), kb).verdict is Verdict.UNSUPPORTED_DTYPE
+    assert predict_op(K("aten::topk"), ("complex32",), kb).verdict is Verdict.UNSUPPORTED_DTYPE
 
 
 def test_older_releases_use_their_own_facts(kb):
-    svd = predict(K("aten::linalg_svd"), F32, load_knowledge(release="2.13.0"))
+    svd = predict_op(K("aten::linalg_svd"), F32, load_knowledge(release="2.13.0"))
     assert svd.verdict is Verdict.CPU_FALLBACK and "upgrade to torch 2.14" in svd.remedy
-    assert predict(K("c10d::allreduce_"), F32, load_knowledge(release="2.10.0")).verdict is Verdict.UNKNOWN
-    old_nms = predict(K("torchvision::nms"), F32, load_knowledge(release="2.0.0"))
+    assert predict_op(K("c10d::allreduce_"), F32, load_knowledge(release="2.10.0")).verdict is Verdict.UNKNOWN
+    old_nms = predict_op(K("torchvision::nms"), F32, load_knowledge(release="2.0.0"))
     assert (old_nms.verdict, old_nms.evidence.rule) == (Verdict.UNSUPPORTED, "torchvision-mps-later")
-    old_deform = predict(K("torchvision::deform_conv2d"), F32, load_knowledge(release="2.7.0"))
+    old_deform = predict_op(K("torchvision::deform_conv2d"), F32, load_knowledge(release="2.7.0"))
     assert old_deform.verdict is Verdict.UNSUPPORTED
 
 
 def test_python_registration_when_the_yaml_lacks_mps(kb, tmp_path):
     broken = mutated(kb, tmp_path, "native_group_norm(", release="2.12.0")
-    result = predict(K("aten::native_group_norm"), F32, broken)
+    result = predict_op(K("aten::native_group_norm"), F32, broken)
     assert (result.verdict, result.evidence.rule) == (Verdict.NATIVE, "python-registration")
     assert "2.12.0" in result.evidence.text
 
@@ -122,28 +122,28 @@ def test_python_registration_when_the_yaml_lacks_mps(kb, tmp_path):
 def test_composite_takes_its_worst_callee(kb):
     op = K("aten::adaptive_avg_pool2d")
     native = ((K("aten::_adaptive_avg_pool2d"), F32),)
-    assert predict(op, F32, kb, callees=native).verdict is Verdict.NATIVE
+    assert predict_op(op, F32, kb, callees=native).verdict is Verdict.NATIVE
     mixed = native + ((K("aten::take"), ("float32", "int64")),)
-    result = predict(op, F32, kb, callees=mixed)
+    result = predict_op(op, F32, kb, callees=mixed)
     assert (result.verdict, result.evidence.rule) == (Verdict.UNSUPPORTED, "composite-callees")
     assert "composite; callees:" in result.evidence.text and "aten::take (unsupported)" in result.evidence.text
     assert result.remedy and "PYTORCH_ENABLE_MPS_FALLBACK" in result.remedy
     nested = native + ((K("aten::expand"), F32),)  # itself a composite without callees
-    assert predict(op, F32, kb, callees=nested).verdict is Verdict.UNKNOWN
-    assert predict(op, F32, kb, callees=()).evidence.rule == "composite-no-callees"
+    assert predict_op(op, F32, kb, callees=nested).verdict is Verdict.UNKNOWN
+    assert predict_op(op, F32, kb, callees=()).evidence.rule == "composite-no-callees"
 
 
 def test_adaptive_pool_sizes_decide_error(kb):
     op = K("aten::_adaptive_avg_pool2d")
-    bad = predict(op, F32, kb, args_note={"input_spatial": [7, 7], "output_size": [3, 3]})
+    bad = predict_op(op, F32, kb, args_note={"input_spatial": [7, 7], "output_size": [3, 3]})
     assert (bad.verdict, bad.evidence.rule) == (Verdict.ERROR, "shape-adaptive-avg-pool-divisible")
     assert "PYTORCH_ENABLE_MPS_FALLBACK does not help" in bad.remedy
-    good = predict(op, F32, kb, args_note={"input_spatial": [6, 6], "output_size": [3, 3]})
+    good = predict_op(op, F32, kb, args_note={"input_spatial": [6, 6], "output_size": [3, 3]})
     assert good.verdict is Verdict.NATIVE
-    assert predict(op, F32, kb).verdict is Verdict.NATIVE  # no sizes: the kernel exists
-    mixed = predict(op, F32, kb, args_note={"input_spatial": [7, 3], "output_size": [3, 6]})
+    assert predict_op(op, F32, kb).verdict is Verdict.NATIVE  # no sizes: the kernel exists
+    mixed = predict_op(op, F32, kb, args_note={"input_spatial": [7, 3], "output_size": [3, 6]})
     assert mixed.evidence.rule == "shape-adaptive-pool-direction"
-    max_pool = predict(K("aten::adaptive_max_pool2d"), F32, kb,
+    max_pool = predict_op(K("aten::adaptive_max_pool2d"), F32, kb,
                        args_note={"input_spatial": [7, 7], "output_size": [3, 3]})
     assert max_pool.verdict is Verdict.NATIVE  # max pooling skips the divisibility check
 
@@ -165,7 +165,7 @@ def test_adaptive_avg_pool_from_a_real_cpu_trace(kb):
     x = torch.randn(1, 2, 7, 7, requires_grad=True)
     with Recorder():
         torch.nn.AdaptiveAvgPool2d((3, 3))(x).sum().backward()
-    pools = {op: predict(op, F32, kb, args_note=note_from_shapes(op, ins, outs))
+    pools = {op: predict_op(op, F32, kb, args_note=note_from_shapes(op, ins, outs))
              for op, ins, outs in seen if "adaptive" in op.name}
     assert set(pools) == {K("aten::_adaptive_avg_pool2d"), K("aten::_adaptive_avg_pool2d_backward")}
     assert {r.verdict for r in pools.values()} == {Verdict.ERROR}
@@ -173,7 +173,7 @@ def test_adaptive_avg_pool_from_a_real_cpu_trace(kb):
 
 def test_every_overload_gets_a_sourced_verdict_with_remedy(kb):
     for op in kb.yaml.overloads:
-        result = predict(op, F32, kb)
+        result = predict_op(op, F32, kb)
         assert result.verdict in {Verdict.NATIVE, Verdict.UNKNOWN, Verdict.CPU_FALLBACK,
                                   Verdict.UNSUPPORTED, Verdict.ERROR}
         assert result.evidence.rule and result.evidence.source and kb.release in result.evidence.text
@@ -184,15 +184,15 @@ def test_every_overload_gets_a_sourced_verdict_with_remedy(kb):
 def test_every_yaml_mps_kernel_predicts_native():
     # at macOS 15.0: below it, common_mps.py's MACOS_BEFORE_15_0_XFAILLIST gates linalg_matrix_exp
     kb = load_knowledge(macos="15.0")
-    native = [op for op in kb.yaml.overloads if predict(op, F32, kb).evidence.rule.startswith("yaml-mps")]
+    native = [op for op in kb.yaml.overloads if predict_op(op, F32, kb).evidence.rule.startswith("yaml-mps")]
     assert len(native) == 912
-    gated = predict(K("aten::linalg_matrix_exp"), F32, load_knowledge(macos="14.0"))
+    gated = predict_op(K("aten::linalg_matrix_exp"), F32, load_knowledge(macos="14.0"))
     assert (gated.verdict, gated.evidence.rule) == (Verdict.UNKNOWN, "macos-gate")
 
 
 def test_classify_never_imports_torch():
-    code = ("import sys; from opscan.classify import predict; from opscan.knowledge import load_knowledge; "
-            "from opscan.opkey import OpKey; predict(OpKey.parse('aten::add.Tensor'), ('float32',), "
+    code = ("import sys; from opscan.predict.rules import predict_op; from opscan.knowledge import load_knowledge; "
+            "from opscan.opkey import OpKey; predict_op(OpKey.parse('aten::add.Tensor'), ('float32',), "
             "load_knowledge()); assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -203,16 +203,16 @@ def test_classify_never_imports_torch():
 def test_an_opinfo_expected_to_fail_marks_its_own_op_only():
     kb = load_knowledge(release="2.14.1")
     # common_mps.py 2.14.1: "nn.functional.linear": [int8, int16, int32, int64, uint8]; the map: name -> linear
-    bad = predict(K("aten::linear"), ("int64", "int64"), kb)
+    bad = predict_op(K("aten::linear"), ("int64", "int64"), kb)
     assert (bad.verdict, bad.evidence.rule) == (Verdict.UNSUPPORTED_DTYPE, "dtype-xfail")
     assert "'nn.functional.linear' (UNIMPLEMENTED_XFAILLIST)" in bad.evidence.text
     assert "common_mps.py (torch 2.14.1 wheel)" in bad.evidence.source and "opinfo_map.txt" in bad.evidence.source
-    assert predict(K("aten::linear"), ("float32", "float32"), kb).verdict is Verdict.NATIVE
+    assert predict_op(K("aten::linear"), ("float32", "float32"), kb).verdict is Verdict.NATIVE
     # the CPU trace of F.linear shows addmm, but addmm's own OpInfo passes int64: no false positive
-    assert predict(K("aten::addmm"), ("int64",) * 3, kb).verdict is Verdict.NATIVE
+    assert predict_op(K("aten::addmm"), ("int64",) * 3, kb).verdict is Verdict.NATIVE
     # stft fails in float16; its samples dispatch reflection_pad1d, which is not stft's op (map: none)
     assert kb.opinfo.rows["stft"].method == "none"
-    assert predict(K("aten::reflection_pad1d"), ("float16",), kb).verdict is Verdict.NATIVE
+    assert predict_op(K("aten::reflection_pad1d"), ("float16",), kb).verdict is Verdict.NATIVE
 
 
 def test_every_mapped_opinfo_tested_in_the_dtype_must_expect_the_failure():
@@ -220,41 +220,41 @@ def test_every_mapped_opinfo_tested_in_the_dtype_must_expect_the_failure():
     # rounddecimals_neg_3 (bfloat16 expected to pass): no consensus, no verdict from the lists
     kb = load_knowledge(release="2.8.0", macos="14.0")
     assert {"rounddecimals_0", "rounddecimals_3"} <= set(kb.opinfo.by_overload["round.decimals"])
-    assert predict(K("aten::round.decimals"), ("bfloat16",), kb).verdict is Verdict.NATIVE
+    assert predict_op(K("aten::round.decimals"), ("bfloat16",), kb).verdict is Verdict.NATIVE
 
 
 def test_macos_gated_expectations_and_the_cpu_side_op():
     kb = load_knowledge(release="2.8.0")  # min macOS 13.0; isin's integer entries hold below macOS 14.0
-    old = predict(K("aten::isin.Tensor_Tensor"), ("int64", "int64"), kb)
+    old = predict_op(K("aten::isin.Tensor_Tensor"), ("int64", "int64"), kb)
     assert old.evidence.rule == "dtype-xfail" and "below macOS 14.0" in old.evidence.text
     assert old.remedy.startswith("run macOS 14.0 or newer")
     newer = load_knowledge(release="2.8.0", macos="14.0")
-    assert predict(K("aten::isin.Tensor_Tensor"), ("int64", "int64"), newer).verdict is Verdict.NATIVE
+    assert predict_op(K("aten::isin.Tensor_Tensor"), ("int64", "int64"), newer).verdict is Verdict.NATIVE
     # an op the map does not know is judged by the CPU trace's op it stands for
-    via = predict(K("aten::_mps_convolution"), ("int64",), load_knowledge(release="2.14.1"), cpu_op=K("aten::linear"))
+    via = predict_op(K("aten::_mps_convolution"), ("int64",), load_knowledge(release="2.14.1"), cpu_op=K("aten::linear"))
     assert via.evidence.rule == "dtype-xfail" and "(the CPU trace's aten::linear)" in via.evidence.text
 
 
 def test_dtypes_a_release_lacks():
     bf16 = ("bfloat16", "bfloat16")
-    old = predict(K("aten::add.Tensor"), bf16, load_knowledge(release="2.2.0"))
+    old = predict_op(K("aten::add.Tensor"), bf16, load_knowledge(release="2.2.0"))
     assert (old.verdict, old.evidence.rule) == (Verdict.UNSUPPORTED_DTYPE, "dtype-release")
-    assert predict(K("aten::add.Tensor"), bf16, load_knowledge(release="2.5.0")).evidence.rule == "dtype-release"
-    assert predict(K("aten::add.Tensor"), bf16, load_knowledge(release="2.5.0", macos="14.0")).verdict is Verdict.NATIVE
-    assert predict(K("aten::add.Tensor"), ("complex64",) * 2, load_knowledge(release="2.0.0")).verdict is \
+    assert predict_op(K("aten::add.Tensor"), bf16, load_knowledge(release="2.5.0")).evidence.rule == "dtype-release"
+    assert predict_op(K("aten::add.Tensor"), bf16, load_knowledge(release="2.5.0", macos="14.0")).verdict is Verdict.NATIVE
+    assert predict_op(K("aten::add.Tensor"), ("complex64",) * 2, load_knowledge(release="2.0.0")).verdict is \
         Verdict.UNSUPPORTED_DTYPE
 
 
 def test_complex_support_through_the_opinfo_map():
     kb = load_knowledge(release="2.14.1")
     assert kb.common_mps.complex_match("normal", kb.macos) is None  # no OpInfo spells it...
-    assert predict(K("aten::normal_"), ("complex64",), kb).verdict is Verdict.NATIVE  # ...'normalin_place' runs it
-    assert predict(K("aten::topk"), ("complex64",), kb).evidence.rule == "dtype-complex"
+    assert predict_op(K("aten::normal_"), ("complex64",), kb).verdict is Verdict.NATIVE  # ...'normalin_place' runs it
+    assert predict_op(K("aten::topk"), ("complex64",), kb).evidence.rule == "dtype-complex"
 
 
 def test_kernels_registered_outside_the_yaml():
     # mps_facts §2: 2.0.0's bitwise-ops .mm registers four overloads by hand
-    result = predict(K("aten::bitwise_and.Tensor_out"), ("int64", "int64"), load_knowledge(release="2.0.0"))
+    result = predict_op(K("aten::bitwise_and.Tensor_out"), ("int64", "int64"), load_knowledge(release="2.0.0"))
     assert (result.verdict, result.evidence.rule) == (Verdict.NATIVE, "mps-outside-yaml")
-    assert predict(K("aten::bitwise_and.Tensor_out"), ("int64",) * 2, load_knowledge(release="2.1.0")).verdict is \
+    assert predict_op(K("aten::bitwise_and.Tensor_out"), ("int64",) * 2, load_knowledge(release="2.1.0")).verdict is \
         Verdict.NATIVE  # from 2.1.0 on the yaml has it

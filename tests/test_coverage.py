@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from opscan.cli import main
-from opscan.coverage import coverage
+from opscan.predict.coverage import coverage
 from opscan.knowledge import default_yaml_path, installed_release, kb_releases, load_knowledge
 from opscan.knowledge.yaml_index import load_yaml_index
 from opscan.opkey import OpKey
@@ -155,11 +155,11 @@ def test_ctc_loss_is_unsupported_in_2_13_and_native_in_2_14_1(tmp_path, capsys):
 
 
 def test_embedding_max_norm_is_cpu_fallback_in_every_release():
-    from opscan.history import call_classifier
+    from opscan.predict.history import call_classifier
     from opscan.knowledge.common_mps import parse_macos  # noqa: F401 - the view is judged per release below
     from opscan.mps_view import mps_view
     from opscan.scan import run_trace
-    from opscan.target import load_target
+    from opscan.target.load import load_target
 
     target = load_target(f"{RELEASES}:embedding_max_norm", {}, [])
     view = mps_view(run_trace(target, ScanOptions("x"), load_knowledge()))
@@ -195,11 +195,11 @@ def test_the_lens_uses_the_predicted_for_release():
 
 def test_macos_flag_changes_gated_facts():
     kb14, kb15 = load_knowledge(release="2.14.1"), load_knowledge(release="2.14.1", macos="15.0")
-    from opscan.classify import predict
+    from opscan.predict.rules import predict_op
 
     op = K("aten::linalg_matrix_exp")  # common_mps.py 2.14.1: MACOS_BEFORE_15_0_XFAILLIST = {"matrix_exp": None}
-    assert predict(op, ("float32",), kb14).evidence.rule == "macos-gate"
-    assert predict(op, ("float32",), kb15).verdict.value == "native"
+    assert predict_op(op, ("float32",), kb14).evidence.rule == "macos-gate"
+    assert predict_op(op, ("float32",), kb15).verdict.value == "native"
     report = scan(ScanOptions(f"{TARGETS / 'tiny.py'}:build_model", macos="15.0"))
     assert (report.assumptions["macos"], report.assumptions["macos_source"]) == ("15.0", "--macos")
 
@@ -209,12 +209,12 @@ def test_kb_and_classification_of_a_big_trace_take_under_half_a_second():
     the size of 7B's 32-layer step (tracing that takes half a minute here; measured on the real 7B fake-tensor
     trace, 11,433 calls: 0.27 s)."""
     import opscan.knowledge as knowledge
-    from opscan.history import since_and_upgrade
+    from opscan.predict.history import since_and_upgrade
     from opscan.knowledge import entry, opinfo
     from opscan.mps_view import mps_view
-    from opscan.predict import classify_call
+    from opscan.predict.calls import predict_call
     from opscan.scan import run_trace
-    from opscan.target import load_target
+    from opscan.target.load import load_target
 
     pytest.importorskip("transformers")
     args = {"size": "tiny", "layers": 4, "seq": 16}
@@ -229,7 +229,7 @@ def test_kb_and_classification_of_a_big_trace_take_under_half_a_second():
         start = time.perf_counter()
         kb = load_knowledge()
         cache: dict = {}
-        verdicts = [classify_call(call, kb, cache) for call in view]
+        verdicts = [predict_call(call, kb, cache) for call in view]
         since_and_upgrade(view, verdicts, kb)
         best = min(best, time.perf_counter() - start)
     assert best < 0.5, f"{best:.3f} s"

@@ -19,7 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from conftest import EXAMPLES, TARGETS
 from opscan.cli import main
 from opscan.scan import ScanOptions, scan
-from opscan.target import load_target
+from opscan.target.load import load_target
 from opscan.trace import fake
 from opscan.trace.tensors import StorageIds, describe
 
@@ -59,7 +59,7 @@ def test_factory_and_inputs_run_inside_the_fake_mode():
 
 
 def _spec(text):
-    from opscan.inputs import parse_input
+    from opscan.target.inputs import parse_input
 
     return parse_input(text)
 

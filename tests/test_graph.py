@@ -1,4 +1,4 @@
-"""The step graph (opscan/graph.py, graph_views.py): nodes and edges from tensor identities, the module
+"""The step graph (opscan/graph/build.py, views.py): nodes and edges from tensor identities, the module
 quotient, GraphML that agrees with the JSON, neighbourhoods, and the stage's purity."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import networkx as nx
 import pytest
 
 from opscan.cli import main
-from opscan.graph_views import neighbourhood
+from opscan.graph.views import neighbourhood
 from opscan.render.graphml import render_graphml, render_module_graphml
 
 from conftest import EXAMPLES, REPO
@@ -109,8 +109,8 @@ def test_bert_json_and_graphml_agree_on_node_and_edge_counts(tmp_path, capsys):
     assert section["nodes"] > 1000 and section["edges"] > section["calls"]
 
 
-GRAPH_STAGE = ("graph.py", "graph_views.py", "transfers.py", "markers.py")
-LATER = ("opscan.report", "opscan.render", "opscan.cli", "opscan.scan", "opscan.lanes", "opscan.baseline")
+GRAPH_STAGE = ("graph/build.py", "graph/views.py", "graph/transfers.py", "markers.py")
+LATER = ("opscan.report", "opscan.render", "opscan.cli", "opscan.scan", "opscan.graph.lanes", "opscan.render.gate")
 
 
 @pytest.mark.parametrize("name", GRAPH_STAGE)
@@ -122,8 +122,8 @@ def test_graph_stage_never_imports_a_later_stage(name):
 
 
 def test_renderers_and_the_graph_stage_do_not_import_torch():
-    code = ("import sys; import opscan.render, opscan.render.graphml, opscan.graph, opscan.transfers, "
-            "opscan.lanes, opscan.baseline; assert 'torch' not in sys.modules, 'torch imported'")
+    code = ("import sys; import opscan.render, opscan.render.graphml, opscan.graph.build, opscan.graph.transfers, "
+            "opscan.graph.lanes, opscan.render.gate; assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(REPO))
 
 

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from opscan.baseline import Baseline, row_key
+from opscan.render.gate import Baseline, row_key
 from opscan.render.junit import render_junit
 from opscan.verdict import Verdict
 

@@ -145,7 +145,7 @@ def test_missing_yaml_is_a_user_error(tmp_path):
 
 
 def test_loading_knowledge_never_imports_torch():
-    code = ("import sys; from opscan.knowledge import load_knowledge; import opscan.classify; "
+    code = ("import sys; from opscan.knowledge import load_knowledge; import opscan.predict.rules; "
             "load_knowledge(); assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -19,7 +19,7 @@ from opscan.memory.records import Block, Timeline
 from opscan.memory.section import fit_line, lane_effect
 from opscan.memory.sizing import GB, MACS, Curve, _upper, fit_curve, for_macos, size_macs, verdict
 from opscan.memory.tracker import track_step
-from opscan.report import decide_lane
+from opscan.graph.lanes import decide_lane
 from opscan.scan import ScanOptions, scan
 from opscan.trace import step
 
@@ -87,7 +87,7 @@ def test_first_step_peak_equals_pytorchs_memtracker():
 
 
 def test_the_estimate_sees_the_scores_of_mps_attention():
-    from opscan.target import load_target
+    from opscan.target.load import load_target
     from opscan.trace import trace_step
 
     def forward_activations(steer: bool) -> int:

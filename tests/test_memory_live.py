@@ -13,7 +13,7 @@ from conftest import REPO, TARGETS
 from opscan.cli import main
 from opscan.memory import counters
 from opscan.memory.live import LiveOptions, run_live
-from opscan.target import load_target
+from opscan.target.load import load_target
 
 LEAKY = f"{TARGETS / 'leaky.py'}:build_model"
 

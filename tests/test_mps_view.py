@@ -15,7 +15,7 @@ from opscan.knowledge import load_knowledge
 from opscan.mps_view import mps_view
 from opscan.opkey import OpKey
 from opscan.scan import ScanOptions, run_trace
-from opscan.target import Target
+from opscan.target.load import Target
 
 
 class Zoo(nn.Module):

@@ -21,7 +21,7 @@ from opscan.probe.calls import _stand_ins, plan
 from opscan.probe.runner import RunnerOptions, run_probes
 from opscan.probe.stage import ProbeOptions
 from opscan.scan import ScanOptions, run_trace, scan
-from opscan.target import load_target
+from opscan.target.load import load_target
 from opscan.verdict import Verdict
 
 from conftest import EXAMPLES

@@ -8,9 +8,10 @@ from dataclasses import replace
 
 import yaml
 
-from opscan.cli import FORMAT_NAMES
+from opscan.cli.common import FORMAT_NAMES
 from opscan.render import FORMATS, render_json, render_table, render_yaml
-from opscan.report import Lane, Report
+from opscan.graph.lanes import Lane
+from opscan.report import Report
 from opscan.verdict import Verdict
 
 from helpers_report import ROWS, report

@@ -26,7 +26,7 @@ import pytest
 from opscan.cli import main as opscan_main
 from opscan.probe.stage import ProbeOptions
 from opscan.repro import render_files
-from opscan.repro.cli import main as repro_main
+from opscan.cli.repro import main as repro_main
 from opscan.scan import ScanOptions, scan
 
 from test_schema import load_schema

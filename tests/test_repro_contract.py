@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from opscan.cli import _probe, build_parser
-from opscan.inputs import parse_arg
+from opscan.cli.scan import _probe, build_parser
+from opscan.target.inputs import parse_arg
 from opscan.probe.protocol import ProbeCall, TensorSpec
 from opscan.probe.stage import ProbeOptions
 from opscan.repro import render_files
-from opscan.repro.cli import main as repro_main
+from opscan.cli.repro import main as repro_main
 from opscan.repro.section import call_entry, command_line
 from opscan.scan import ScanOptions
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import EXAMPLES
 from opscan.knowledge import load_knowledge
 from opscan.scan import ScanOptions, _fake_choice, run_trace
-from opscan.target import load_target
+from opscan.target.load import load_target
 
 SPEC = f"{EXAMPLES / 'llama_big.py'}:build_model"
 

@@ -1,11 +1,11 @@
-"""Transfer accounting (opscan/transfers.py) checked against hand computations, the residency rule
+"""Transfer accounting (opscan/graph/transfers.py) checked against hand computations, the residency rule
 (AdamW's CPU step counters are host work), explicit moves, fallback regions and the lane rule."""
 
 from __future__ import annotations
 
-from opscan.lanes import transfer_reasons
-from opscan.report import decide_lane
-from opscan.transfers import Cost, NodeTransfer, Transfers
+from opscan.graph.lanes import transfer_reasons
+from opscan.graph.lanes import decide_lane
+from opscan.graph.transfers import Cost, NodeTransfer, Transfers
 
 from helpers_graph import HEAVY, MOVES, REL_ATTENTION, node_of, scanned
 from helpers_report import ROWS

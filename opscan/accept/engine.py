@@ -152,8 +152,8 @@ def _round_trip(options: AcceptOptions, target, target_run: DeviceRun, reference
 
 def _load(options: AcceptOptions):
     """The target with real tensors, built on the CPU after seeding."""
-    from opscan.inputs import parse_input
-    from opscan.target import load_target
+    from opscan.target.inputs import parse_input
+    from opscan.target.load import load_target
 
     torch.manual_seed(options.spec.seed)
     return load_target(options.target, options.args, [parse_input(t) for t in options.inputs])

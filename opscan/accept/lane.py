@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from opscan.accept.placement import STEP_PHASES, Placement, Transfer
-from opscan.report import Lane
-from opscan.transfers import human_bytes
+from opscan.graph.lanes import Lane
+from opscan.graph.transfers import human_bytes
 
 _SHOWN = 5  # names listed per misplaced group, fallbacks per heavy reason
 _KINDS = {"parameter": "parameter", "optimizer_state": "optimizer state tensor"}

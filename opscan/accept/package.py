@@ -1,6 +1,6 @@
 """Accept stage (package): the acceptance package as data — relative path -> text or bytes. Pure.
 
-Only cli.py writes it. What a second person needs to judge and rerun the acceptance:
+Only opscan/cli/accept.py writes it. What a second person needs to judge and rerun the acceptance:
 environment.json, spec.yaml, logs/accept.log, comparison.json, comparison.md, memory.json,
 fallbacks.json, transfers.json, placement.json, checkpoint/checkpoint.pt (the only binary: load it with
 torch.load(..., weights_only=True)), verdict.json, RERUN.md and rerun.sh.

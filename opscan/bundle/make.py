@@ -1,4 +1,4 @@
-"""Bundle: the files of a bundle, as data (relative path -> bytes); cli.py writes them.
+"""Bundle: the files of a bundle, as data (relative path -> bytes); opscan/cli/bundle.py writes them.
 
 A bundle holds manifest.json, probes.jsonl (one ProbeCall JSON a line, no pickles), src/ (a copy of
 the opscan modules the runner and its workers import: the standard library and torch only, listed in
@@ -36,7 +36,7 @@ class BundleSpec:
 
     target: str
     model_name: str
-    scan_argv: tuple[str, ...]
+    scan: dict  # ScanOptions.to_data(): what merge scans again
     plan: object  # opscan.probe.calls.Plan
     workers: int | None  # None: min(4, cores) of the Mac
     timeout: float
@@ -77,7 +77,7 @@ def bundle_files(spec: BundleSpec, name: str) -> dict[str, bytes]:
     listed = {path: digest(data) for path, data in files.items()}
     manifest = {
         "format": FORMAT, "opscan_version": __version__, "target": spec.target, "model_name": spec.model_name,
-        "scan_argv": list(spec.scan_argv), "device": plan.device, "fingerprint": plan.fingerprint,
+        "scan": spec.scan, "device": plan.device, "fingerprint": plan.fingerprint,
         "torch": plan.torch, "probes": len(plan.probes), "max_elements": plan.max_elements,
         "runner": {"workers": spec.workers, "timeout": spec.timeout, "on_pass": spec.on_pass},
         "repro": scripts, "repro_timeout": spec.repro_timeout, "files": dict(sorted(listed.items())),

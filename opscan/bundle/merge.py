@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from opscan.bundle import FORMAT, MANIFEST, PROBES
+from opscan.bundle import EARLIER_FORMATS, FORMAT, MANIFEST, PROBES
 from opscan.bundle.results import Results, bundle_problem
 from opscan.errors import OpscanError
 from opscan.probe.stage import Session
@@ -47,7 +47,10 @@ def load_bundle(folder: Path) -> Bundle:
     except (OSError, json.JSONDecodeError) as exc:
         raise BundleError(f"{folder} is not an opscan bundle ({exc}) — pass --bundle with the folder "
                           "`opscan bundle -o` wrote") from None
-    if manifest.get("format") != FORMAT or "files" not in manifest:
+    if isinstance(manifest, dict) and manifest.get("format") in EARLIER_FORMATS:
+        raise BundleError(f"{folder} was made by an earlier opscan (bundle format {manifest['format']}; this opscan "
+                          f"reads format {FORMAT}) — make the bundle again with `opscan bundle`, rerun it, then merge")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or "files" not in manifest:
         raise BundleError(f"{folder}/{MANIFEST} is not a bundle manifest of format {FORMAT} — make the bundle "
                           "again with this opscan")
     problem = bundle_problem(folder, manifest)
@@ -81,30 +84,18 @@ class ReplaySession(Session):
                           "the Mac and copy results/results.jsonl again")
 
 
-def scan_options(args, probe, target: str | None = None):
-    """ScanOptions from parsed scan flags (as `opscan TARGET ...` builds them) with these probe options."""
-    from opscan.inputs import parse_arg
-    from opscan.scan import ScanOptions
-
-    return ScanOptions(target or args.target, tuple(args.input), dict(parse_arg(a) for a in args.arg),
-                       inference=args.inference, dtype=args.dtype, fx=not args.no_fx, fake=args.fake,
-                       auto_fake=not args.no_fake, torch_version=args.torch_version, macos=args.macos, probe=probe,
-                       memory=not args.no_memory, repro=args.repro)
-
-
 def merged_report(bundle: Bundle, results: Results, target: str | None = None):
     """The measured Report of the bundle's target, its outcomes taken from `results` (validated)."""
-    from opscan.bundle.cli import bundle_parser
     from opscan.probe.stage import ProbeOptions
-    from opscan.scan import scan
+    from opscan.scan import ScanOptions, scan
 
     manifest, header = bundle.manifest, results.header
-    args = bundle_parser().parse_args(manifest["scan_argv"])
     probe = ProbeOptions(device=manifest["device"], max_elements=manifest["max_elements"],
                          workers=header["workers"], timeout=header["timeout_s"], isolation=header["isolation"],
                          on_pass=header["on_pass"])
     session = ReplaySession(results, manifest["fingerprint"], "results.jsonl")
-    return scan(scan_options(args, probe, target), session)
+    overrides = {"target": target} if target else {}
+    return scan(ScanOptions.from_data(manifest["scan"], probe=probe, **overrides), session)
 
 
 def differences(report) -> list[str]:

@@ -54,7 +54,7 @@ class KnowledgeError(OpscanError):
 
 @dataclass(frozen=True, eq=False)
 class Knowledge:
-    """The immutable knowledge base that `opscan.classify.predict` reads."""
+    """The immutable knowledge base that `opscan.predict.rules.predict` reads."""
 
     release: str  # torch release predicted for, e.g. "2.14.1"
     yaml: OpTable

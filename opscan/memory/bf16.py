@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from opscan.mps_view import MpsCall
-from opscan.predict import classify_call
-from opscan.report import signature_text
+from opscan.predict.calls import predict_call
+from opscan.opkey import signature_text
 
 BF16, F32 = "bfloat16", "float32"
 
@@ -38,7 +38,7 @@ def blockers(view: tuple[MpsCall, ...], kb, limit: int = 10) -> tuple[str, ...]:
             continue
         seen.add(key)
         cast = as_bf16(call)
-        before, after = classify_call(call, kb, cache), classify_call(cast, kb, cache)
+        before, after = predict_call(call, kb, cache), predict_call(cast, kb, cache)
         if after.verdict.rank > before.verdict.rank:
             out.append(f"{call.op.display} [{signature_text(cast.dtypes)}] is {after.verdict.value}")
             if len(out) >= limit:

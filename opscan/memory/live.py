@@ -51,8 +51,8 @@ class LiveOptions:
 
 def live_section(spec: str, args: dict, input_texts, options: LiveOptions) -> dict[str, Any]:
     """Load the target with real tensors and log `options.iterations` iterations on the device."""
-    from opscan.inputs import parse_input
-    from opscan.target import load_target
+    from opscan.target.inputs import parse_input
+    from opscan.target.load import load_target
     from opscan.trace.guard import user_step
 
     target = load_target(spec, args, [parse_input(t) for t in input_texts])

@@ -30,7 +30,7 @@ def tracking(sink: list):
 
 def estimate_memory(target, trace, view, kb, tracker, dtype: str | None, inference: bool) -> dict[str, Any]:
     """The report's `memory` section for a traced step."""
-    from opscan.predict import has_mps_kernel
+    from opscan.predict.calls import has_mps_kernel
 
     pools = frozenset(i for g in trace.groups if g.rule == POOL_RULE and g.mode == "replace"
                       for i in range(g.start, g.end))

@@ -17,7 +17,8 @@ from rich.table import Table
 from rich.tree import Tree
 
 from opscan.memory.section import human as _bytes
-from opscan.report import Report, Row, signature_text
+from opscan.opkey import signature_text
+from opscan.report import Report, Row
 from opscan.verdict import Verdict
 
 PHASE_SHORT = {"forward": "fwd", "loss": "loss", "backward": "bwd", "optimizer": "opt"}
@@ -217,7 +218,7 @@ def _tree_label(name: str, path: str, worst, ops) -> str:
 
 
 def _upgrade(report: Report) -> str:
-    """The smallest upgrade that makes the whole step native (history.py); empty when none was looked at."""
+    """The smallest upgrade that makes the whole step native (predict/history.py); empty when none was looked at."""
     advice = report.extra.get("upgrade") or {}
     if not advice.get("checked") or (not advice.get("target") and not advice.get("blocking")):
         return ""

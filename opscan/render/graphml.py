@@ -8,7 +8,7 @@ per pair of modules a tensor goes between. Both read by networkx, Gephi, yEd, Cy
 
 from __future__ import annotations
 
-from opscan.graph_views import GRAPHML_CALLS, GRAPHML_MODULES, graphml_text, module_graph
+from opscan.graph.views import GRAPHML_CALLS, GRAPHML_MODULES, graphml_text, module_graph
 from opscan.report import Report
 
 

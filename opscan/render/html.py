@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 from html import escape
 
-from opscan.report import Report, Row, signature_text
+from opscan.opkey import signature_text
+from opscan.report import Report, Row
 from opscan.render.html_assets import ERROR_HOOK, PAGE_SCRIPT, STYLE
 from opscan.render.html_memory import memory_section
 from opscan.render.svg import fmt_bytes, neighbourhood_svg

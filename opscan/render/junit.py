@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from xml.sax.saxutils import quoteattr
 
-from opscan.baseline import failures
-from opscan.report import Report, Row, signature_text
+from opscan.render.gate import failures
+from opscan.opkey import signature_text
+from opscan.report import Report, Row
 
 
 def render_junit(report: Report, *, fail_on: str | None = None, baseline=None, **_) -> str:

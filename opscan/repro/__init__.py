@@ -4,7 +4,7 @@
 - script.py + runtime.py: one script per call (data through repr, then the runtime verbatim);
 - issue.py: ISSUE.md per failing OpKey, in the shape of PyTorch's bug template;
 - minimize.py: shrink a shape-dependent failure to its boundary in the real probe worker;
-- cli.py: `opscan repro REPORT OP`.
+- opscan/cli/repro.py: `opscan repro REPORT OP`.
 
 `render_files(report)` is pure (report dict in, file texts out); only the CLI modules write files.
 """

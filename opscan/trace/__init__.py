@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from opscan.opkey import OpKey
-from opscan.target import Target
+from opscan.target.load import Target
 from opscan.trace import fake, fxnodes, step
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker
 from opscan.trace.lens import MpsLens

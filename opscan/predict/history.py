@@ -110,7 +110,7 @@ def history(rows: dict[RowKey, Sequence], classify: Callable[[object, Knowledge]
 def distinct_calls(view, verdicts) -> tuple[dict[RowKey, list], dict[RowKey, Verdict]]:
     """(row key -> the row's calls that can be judged differently, row key -> its worst verdict).
 
-    Calls that predict.classify_call answered from one cache entry ask one question, so one of them
+    Calls that predict.predict_call answered from one cache entry ask one question, so one of them
     stands for all; the rest are never judged again (cheap on a trace of 10^4 calls)."""
     questions: dict[int, tuple] = {}
     for call, found in zip(view, verdicts):
@@ -126,15 +126,15 @@ def distinct_calls(view, verdicts) -> tuple[dict[RowKey, list], dict[RowKey, Ver
 
 
 def call_classifier() -> Callable[[object, Knowledge], Classification]:
-    """classify(call, kb) through predict.classify_call, with one cache per knowledge base."""
-    from opscan.predict import classify_call
+    """classify(call, kb) through predict.predict_call, with one cache per knowledge base."""
+    from opscan.predict.calls import predict_call
 
     caches: dict[int, dict] = {}
-    return lambda call, kb: classify_call(call, kb, caches.setdefault(id(kb), {}))
+    return lambda call, kb: predict_call(call, kb, caches.setdefault(id(kb), {}))
 
 
 def since_and_upgrade(view, verdicts, kb: Knowledge) -> tuple[dict[RowKey, str | None], Upgrade]:
-    """history() for a scan: `verdicts` are predict.classify_call's answers for the view's calls."""
+    """history() for a scan: `verdicts` are predict.predict_call's answers for the view's calls."""
     rows, current = distinct_calls(view, verdicts)
     return history(rows, call_classifier(), kb, current)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from opscan.graph import key_of
+from opscan.graph.build import key_of
 
 FALLBACK_VERDICTS = frozenset({"cpu_fallback", "unsupported"})
 SCALAR_READS = frozenset({"aten::_local_scalar_dense"})

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 
 from opscan.errors import TargetError
-from opscan.inputs import InputSpec, random_inputs
+from opscan.target.inputs import InputSpec, random_inputs
 
 _OPSCAN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _IMPORTLIB_DIR = os.path.dirname(os.path.abspath(importlib.__file__)) + os.sep

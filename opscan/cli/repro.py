@@ -19,8 +19,8 @@ import json
 import sys
 from pathlib import Path
 
-from opscan.cli import _emit, run_guarded
-from opscan.errors import ExitCode, OutputError
+from opscan.cli.common import emit, run_guarded, write_files
+from opscan.errors import ExitCode
 
 EPILOG = """\
 OP: display spelling, aten::take or aten::take.default or aten::add.Tensor. Scripts: python repro_N.py
@@ -64,10 +64,10 @@ def _run(args: argparse.Namespace) -> int:
     code = ExitCode.OK
     if args.minimize:
         findings, lines, code = _minimized(findings, args.device, args.probe_timeout)
-        _emit("".join(line + "\n" for line in lines))
+        emit("".join(line + "\n" for line in lines))
     out_dir = Path(args.output_dir) if args.output_dir else Path(args.report).resolve().parent
     written = write_files(render_op(report, op, findings, args.device), out_dir)
-    _emit("".join(f"{p}\n" for p in written))
+    emit("".join(f"{p}\n" for p in written))
     return code
 
 
@@ -158,20 +158,3 @@ def _boundary_line(finding: dict, boundary) -> str:
                       for size, v in boundary.sizes.items())
     return (f"{head}: fails at {boundary.fails_at}, {passes}; original {boundary.original} ({sizes}) — "
             f"{boundary.failure[:160]} ({boundary.probes} probes on {boundary.label})")
-
-
-def write_files(files: dict[str, str], out_dir: Path) -> list[Path]:
-    """Write render_files' output under out_dir (scripts executable); the paths written."""
-    written = []
-    try:
-        for rel, text in files.items():
-            path = out_dir / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            if path.suffix == ".py":
-                path.chmod(0o755)
-            written.append(path)
-    except OSError as exc:
-        raise OutputError(f"cannot write repro files into {str(out_dir)!r}: {exc.strerror or exc} — pass -o with "
-                          "a writable folder") from None
-    return written

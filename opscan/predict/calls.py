@@ -1,13 +1,13 @@
 """Predict stage: verdicts for the MPS view's calls, from the knowledge base.
 
-Wraps `classify.predict` with what the view knows and the classifier doesn't: a composite's
+Wraps `predict.rules.predict_op` with what the view knows and the classifier doesn't: a composite's
 recorded callees, metadata-only views, and the shapes the kernel checks need. One verdict per call;
 a report row takes the worst of its calls.
 """
 
 from __future__ import annotations
 
-from opscan.classify import predict
+from opscan.predict.rules import predict_op
 from opscan.knowledge import Knowledge
 from opscan.knowledge.shape_rules import note_from_shapes
 from opscan.mps_view import BRANCHED_COMPOSITES, COPY, SRC_COPY, MpsCall
@@ -34,7 +34,7 @@ def should_expand(kb: Knowledge):
     return expand
 
 
-def classify_call(call: MpsCall, kb: Knowledge, cache: dict) -> Classification:
+def predict_call(call: MpsCall, kb: Knowledge, cache: dict) -> Classification:
     """The predicted verdict of one MPS-view call."""
     note = note_from_shapes(call.op, [t.shape for t in call.inputs], [t.shape for t in call.outputs])
     if note and any(d < 0 for dims in note.values() for d in dims):
@@ -56,7 +56,7 @@ def _classify(call: MpsCall, kb: Knowledge, note) -> Classification:
     if call.rule == "mps-copy" and not _wide(call.dtypes):
         return Classification(Verdict.NATIVE, Evidence(
             "mps-copy", f"copy_ into or out of an MPS tensor runs MPS's own copy (torch {kb.release})", SRC_COPY))
-    found = predict(call.op, call.dtypes, kb, callees=call.callees or None, args_note=note, cpu_op=call.cpu_op)
+    found = predict_op(call.op, call.dtypes, kb, callees=call.callees or None, args_note=note, cpu_op=call.cpu_op)
     if call.rule and found.verdict == Verdict.NATIVE:
         text = f"{found.evidence.text}; MPS dispatches it where the CPU trace shows {call.cpu_op} (rule {call.rule})"
         return Classification(found.verdict, Evidence(found.evidence.rule, text, found.evidence.source),

@@ -1,7 +1,5 @@
-"""CLI: parse flags, run the scan, print the chosen format, write the report files, map exit codes.
-
-Thin on purpose: torch and every stage are imported lazily so `opscan --help` stays fast.
-Only this module writes files.
+"""CLI: `opscan TARGET [flags]`, the scan — parse the flags, run opscan.scan, print the chosen format, write the
+report files and map the exit code. torch and every stage are imported lazily so `opscan --help` stays light.
 """
 
 from __future__ import annotations
@@ -10,19 +8,14 @@ import argparse
 import logging
 import os
 import sys
-import traceback
 from pathlib import Path
 
 from opscan import __version__
-from opscan.errors import ExitCode, OpscanError, OutputError, UsageError
+from opscan.cli.common import (FORMAT_NAMES, VERDICT_NAMES, check_writable, configure_logging, emit, exit_code,
+                               render, run_guarded, safe_name, write_reports)
+from opscan.errors import UsageError
 
 log = logging.getLogger("opscan")
-VERDICT_NAMES = ("native", "unknown", "cpu_fallback", "unsupported", "unsupported_dtype", "mismatch",
-                 "error", "crash", "timeout")
-FORMAT_NAMES = ("table", "json", "yaml", "html", "junit")
-# `opscan NAME ...`: each subcommand's own module parses the rest (its `main(argv) -> exit code`)
-SUBCOMMANDS = {"coverage": "opscan.coverage_cli", "repro": "opscan.repro.cli", "bundle": "opscan.bundle.cli",
-               "merge": "opscan.bundle.cli:merge_main", "accept": "opscan.accept.cli"}
 
 EPILOG = """\
 exit codes: 0 nothing at or above --fail-on (default: findings never fail) · 1 findings at or above
@@ -120,83 +113,54 @@ def _memory_flags(p: argparse.ArgumentParser) -> None:
                    help="iterations of the --memory live log, 3 or more (default 5; env OPSCAN_ITERATIONS)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (only __main__ calls sys.exit)."""
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] and argv[0] in SUBCOMMANDS:
-        import importlib
-
-        module, _, function = SUBCOMMANDS[argv[0]].partition(":")
-        return getattr(importlib.import_module(module), function or "main")(argv[1:])
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse: --help/--version exit 0, usage errors exit 2
-        return int(exc.code or 0)
-    _configure_logging(args.verbose - args.quiet)
-    return run_guarded(lambda: _run(args), args.verbose)
-
-
-def run_guarded(body, verbose: int = 0) -> int:
-    """Run one command's body and map what it raises to the documented exit codes: a user's error is one
-    line and exit 2 (with `-v`, the user's own traceback), an interrupt exit 2, anything else is our bug
-    (traceback, exit 3). Every subcommand's `main` goes through here."""
-    try:
-        return body()
-    except OpscanError as exc:
-        print(f"opscan: error: {exc}", file=sys.stderr)
-        if verbose and exc.user_traceback:
-            print(exc.user_traceback, file=sys.stderr)
-        return ExitCode.USAGE
-    except KeyboardInterrupt:
-        print("opscan: interrupted", file=sys.stderr)
-        return ExitCode.USAGE
-    except Exception:  # noqa: BLE001 - anything else is our bug
-        traceback.print_exc()
-        print("opscan: internal error — this is a bug in opscan; please report it with the traceback above",
-              file=sys.stderr)
-        return ExitCode.INTERNAL
-
-
 def _run(args: argparse.Namespace) -> int:
-    from opscan.inputs import parse_arg, parse_input
+    from opscan.target.inputs import parse_arg, parse_input
 
     for text in args.input:
         parse_input(text)  # reject malformed --input before any slow import
-    factory_args = dict(parse_arg(a) for a in args.arg)
+    for text in args.arg:
+        parse_arg(text)  # ... and malformed --arg
     if args.torch_version or args.macos:
         from opscan.knowledge import load_knowledge
 
         load_knowledge(release=args.torch_version, macos=args.macos)  # an unknown release fails before tracing
     baseline = _baseline(args.baseline)
     if args.output_dir:
-        _check_writable(Path(args.output_dir))
+        check_writable(Path(args.output_dir))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     log.info("tracing %s …", args.target)
-    report = _scan(args, factory_args)
-    out_dir = Path(args.output_dir or Path("reports") / _safe(report.model_name))
-    _check_writable(out_dir)
-    _write_reports(report, out_dir)
-    _emit(_render(report, args, baseline))
-    return _exit_code(report, args.fail_on, baseline)
+    report = _scan(args)
+    out_dir = Path(args.output_dir or Path("reports") / safe_name(report.model_name))
+    check_writable(out_dir)
+    write_reports(report, out_dir)
+    emit(render(report, args, baseline))
+    return exit_code(report, args.fail_on, baseline)
 
 
 def _baseline(path: str | None):
     if not path:
         return None
-    from opscan.baseline import load_baseline
+    from opscan.render.gate import load_baseline
 
     return load_baseline(path)
 
 
-def _scan(args, factory_args):
-    from opscan.scan import ScanOptions, scan
+def _scan(args):
+    from opscan.scan import scan
 
     probe, session = _probe(args)
-    return scan(ScanOptions(args.target, tuple(args.input), factory_args, inference=args.inference,
-                            dtype=args.dtype, fx=not args.no_fx, fake=args.fake, auto_fake=not args.no_fake,
-                            torch_version=args.torch_version, macos=args.macos, probe=probe,
-                            memory=not args.no_memory, live=_live(args), repro=args.repro), session)
+    return scan(scan_options(args, probe, live=_live(args)), session)
+
+
+def scan_options(args, probe, live=None):
+    """ScanOptions from the parsed scan flags, with these probe and live-memory options."""
+    from opscan.scan import ScanOptions
+    from opscan.target.inputs import parse_arg
+
+    return ScanOptions(args.target, tuple(args.input), dict(parse_arg(a) for a in args.arg),
+                       inference=args.inference, dtype=args.dtype, fx=not args.no_fx, fake=args.fake,
+                       auto_fake=not args.no_fake, torch_version=args.torch_version, macos=args.macos, probe=probe,
+                       memory=not args.no_memory, live=live, repro=args.repro)
 
 
 def _live(args):
@@ -228,7 +192,7 @@ def _probe(args):
     fields = {"workers": args.workers} if args.workers else {}
     options = ProbeOptions(device=args.device or "mps", max_elements=None if args.full_shapes else args.max_elements,
                            timeout=args.probe_timeout, **fields)
-    folder = lambda name: Path(args.output_dir or Path("reports") / _safe(name))  # noqa: E731
+    folder = lambda name: Path(args.output_dir or Path("reports") / safe_name(name))  # noqa: E731
     progress = Progress(sys.stderr, enabled=sys.stderr.isatty() and args.quiet == 0)
     return options, Session(folder, resume=args.resume, progress=progress)
 
@@ -239,83 +203,12 @@ def _mps_available() -> bool:
     return bool(torch.backends.mps.is_available())
 
 
-def _render(report, args, baseline=None) -> str:
-    from opscan.render import FORMATS
-
-    if args.format == "junit":
-        return FORMATS["junit"](report, fail_on=args.fail_on, baseline=baseline)
-    if args.format == "table":
-        return FORMATS["table"](report, verbose=args.verbose > 0, tree=args.tree,
-                                width=_width(), color=sys.stdout.isatty())
-    return FORMATS[args.format](report)
-
-
-def _emit(text: str) -> None:
-    """Print the artefact; a reader that stops early (`opscan ... | head`) is not an error."""
+def main(argv: list[str]) -> int:
+    """`opscan TARGET [flags]`; returns the exit code."""
+    parser = build_parser()
     try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-
-
-def _write_reports(report, out_dir: Path, real_outputs: dict | None = None, device: str = "mps") -> None:
-    """report.json/yaml/html, the GraphML files and repro/ (scripts for `device`; each ISSUE.md shows the real
-    outputs, keyed by probe id, when given: `opscan merge`)."""
-    from opscan.render import render_html, render_json, render_yaml
-    from opscan.render.graphml import GRAPHML_FILES
-
-    (out_dir / "report.json").write_text(render_json(report))
-    (out_dir / "report.yaml").write_text(render_yaml(report))
-    (out_dir / "report.html").write_text(render_html(report), encoding="utf-8")
-    for name, render in GRAPHML_FILES.items():
-        if report.step_graph is not None:
-            (out_dir / name).write_text(render(report), encoding="utf-8")
-    log.warning("wrote %s, report.yaml, report.html and the step graph (GraphML)", out_dir / "report.json")
-    if "repro" in report.extra:
-        from opscan.repro import render_files
-        from opscan.repro.cli import write_files
-
-        written = write_files(render_files(report.to_dict(), device=device, real_outputs=real_outputs), out_dir)
-        log.warning("wrote %d repro files into %s", len(written), out_dir / "repro")
-
-
-def _check_writable(out_dir: Path) -> None:
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / ".opscan-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise OutputError(
-            f"cannot write reports to {str(out_dir)!r}: {exc.strerror or exc} — pass -o with a writable folder"
-        ) from None
-
-
-def _exit_code(report, fail_on: str | None, baseline=None) -> int:
-    from opscan.baseline import failures
-
-    failing = failures(report.rows, fail_on, baseline)
-    for i, why in list(failing.items())[:20]:
-        row = report.rows[i]
-        log.warning("fails: %s [%s] is %s (%s)", row.op.display, ",".join(row.dtypes), row.verdict.value, why)
-    return ExitCode.FINDINGS if failing else ExitCode.OK
-
-
-def _configure_logging(level: int) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("opscan: %(message)s"))
-    log.handlers[:] = [handler]
-    log.propagate = False
-    log.setLevel(logging.INFO if level >= 0 else logging.WARNING if level == -1 else logging.ERROR)
-
-
-def _width() -> int:
-    try:
-        return max(80, os.get_terminal_size(sys.stdout.fileno()).columns)
-    except OSError:
-        return 120
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "model"
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help/--version exit 0, usage errors exit 2
+        return int(exc.code or 0)
+    configure_logging(args.verbose - args.quiet)
+    return run_guarded(lambda: _run(args), args.verbose)

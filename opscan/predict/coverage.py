@@ -1,6 +1,6 @@
 """Predict stage: a release's whole knowledge base as rows, one per aten overload (`opscan coverage`).
 
-Each row has a `status` (the verdict `classify.predict` gives the overload without dtypes), a
+Each row has a `status` (the verdict `predict.rules.predict_op` gives the overload without dtypes), a
 `kernel` (what serves it on MPS: `mps` an MPS kernel in native_functions.yaml, own or via its
 structured delegate, or registered by hand; `composite` a composite kernel running other ops;
 `python` a Python registration; `cpu_fallback` the always-CPU list; `none`), `since` (the first
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from opscan.classify import predict
+from opscan.predict.rules import predict_op
 from opscan.knowledge import Knowledge, load_knowledge
 from opscan.opkey import OpKey
 from opscan.verdict import Classification, Evidence, Verdict
@@ -83,7 +83,7 @@ def status_of(op: OpKey, kb: Knowledge) -> Classification:
     """The dtype-free verdict; an autogen'd overload is judged by the overload it calls."""
     entry = kb.yaml.get(op)
     callees = ((entry.autogen_from, ()),) if entry is not None and entry.autogen_from else None
-    return predict(op, (), kb, callees=callees)
+    return predict_op(op, (), kb, callees=callees)
 
 
 def _statuses(kb: Knowledge) -> dict[OpKey, Classification]:
@@ -93,7 +93,7 @@ def _statuses(kb: Knowledge) -> dict[OpKey, Classification]:
 
 def _since(ops: Iterable[OpKey], macos: str | None) -> dict[OpKey, str]:
     """op -> first covered release where its status is native."""
-    from opscan.history import release_groups
+    from opscan.predict.history import release_groups
 
     found: dict[OpKey, str] = {}
     todo = set(ops)

@@ -1,4 +1,4 @@
-"""Predict stage: the dtype rules of `classify.predict` (rule 1 and rule 4b of its table).
+"""Predict stage: the dtype rules of `predict.rules.predict_op` (rule 1 and rule 4b of its table).
 
 Pure: no torch, no I/O. Each rule takes classify's call record (`op`, `dtypes`, `kb`, `cpu_op`,
 `release`) and returns a Classification or None:

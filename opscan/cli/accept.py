@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from opscan.cli import _check_writable, _emit, _safe, run_guarded
+from opscan.cli.common import check_writable, emit, run_guarded, safe_name
 from opscan.errors import OutputError, UsageError
 
 log = logging.getLogger("opscan")
@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
 def _run(args: argparse.Namespace, captured: io.StringIO) -> int:
     options = _options(args)
     if args.output_dir:
-        _check_writable(Path(args.output_dir))
+        check_writable(Path(args.output_dir))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from opscan.accept.engine import accept, check_device
 
@@ -87,16 +87,16 @@ def _run(args: argparse.Namespace, captured: io.StringIO) -> int:
 
     log.info("accept %s: %d iterations on %s (%s) and on %s (float32) …", options.target,
              options.spec.iterations, options.device, options.dtype, options.reference)
-    result = accept(options, default_report=lambda name: str(Path("reports") / _safe(name) / "report.json"))
-    out_dir = Path(args.output_dir or Path("reports") / _safe(result.model_name) / "accept")
-    _check_writable(out_dir)
+    result = accept(options, default_report=lambda name: str(Path("reports") / safe_name(name) / "report.json"))
+    out_dir = Path(args.output_dir or Path("reports") / safe_name(result.model_name) / "accept")
+    check_writable(out_dir)
     if result.target_failure:
         log.warning("target run stopped: %s", result.target_failure)
     log.info("first divergence: %s", result.first_divergence.line() if result.first_divergence else "none")
     log.info("lane (measured on %s): %s; exit %d", options.device, result.lane.name, result.exit_code)
     log.info("wrote the acceptance package to %s", out_dir)
     _write_package(result, out_dir, captured.getvalue())
-    _emit(_render(result, args.format))
+    emit(_render(result, args.format))
     return result.exit_code
 
 
@@ -104,7 +104,7 @@ def _options(args: argparse.Namespace):
     """AcceptOptions from the flags; every malformed value is a one-line UsageError."""
     from opscan.accept.engine import AcceptOptions
     from opscan.accept.spec import AcceptSpec, load_spec
-    from opscan.inputs import parse_arg, parse_input
+    from opscan.target.inputs import parse_arg, parse_input
 
     for text in args.input:
         parse_input(text)

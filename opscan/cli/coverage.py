@@ -21,7 +21,7 @@ where the status is native. --diff lists kernel changes and status changes apart
 
 def build_parser() -> argparse.ArgumentParser:
     """The `opscan coverage` parser."""
-    from opscan.coverage import KERNELS
+    from opscan.predict.coverage import KERNELS
 
     p = argparse.ArgumentParser(prog="opscan coverage", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -47,10 +47,10 @@ def main(argv: list[str]) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    from opscan.cli import _emit, run_guarded
+    from opscan.cli.common import emit, run_guarded
 
     def body() -> int:
-        _emit(_run(args))
+        emit(_run(args))
         return ExitCode.OK
 
     return run_guarded(body)
@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
 
 def _run(args: argparse.Namespace) -> str:
     """The text to print."""
-    from opscan import coverage as cov
+    from opscan.predict import coverage as cov
     from opscan.errors import UsageError
 
     statuses = [s for text in args.status for s in text.split(",") if s]

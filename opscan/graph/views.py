@@ -10,7 +10,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 import networkx as nx
 
-from opscan.transfers import Cost, Transfers
+from opscan.graph.transfers import Cost, Transfers
 from opscan.verdict import Verdict
 
 GRAPHML_CALLS = "graph.graphml"

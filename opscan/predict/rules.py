@@ -1,7 +1,7 @@
 """Predict stage: the verdict for one (operator overload, input dtypes) on MPS, from the knowledge base.
 
-Pure: no torch, no I/O; everything comes from an `opscan.knowledge.Knowledge`. `predict` tries the
-rules below in order and the first that applies decides (dtype rules: classify_dtypes.py). Each gives a stable rule id
+Pure: no torch, no I/O; everything comes from an `opscan.knowledge.Knowledge`. `predict_op` tries the
+rules below in order and the first that applies decides (dtype rules: dtype_rules.py). Each gives a stable rule id
 (`Evidence.rule`), a sentence naming the release (`Evidence.text`), where the fact comes from
 (`Evidence.source`), and a remedy for every verdict but `native`.
 
@@ -31,8 +31,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from opscan.classify_dtypes import CHECK_ON_MAC, complex_support, expected_failure, float64, release_limit
-from opscan.classify_dtypes import result as _result
+from opscan.predict.dtype_rules import CHECK_ON_MAC, complex_support, expected_failure, float64, release_limit
+from opscan.predict.dtype_rules import result as _result
 from opscan.knowledge import Knowledge
 from opscan.knowledge.facts import TorchvisionOp, version_tuple
 from opscan.knowledge.shape_rules import CHECKS
@@ -49,7 +49,7 @@ _FACTS = "mps_facts.md"
 
 @dataclass(frozen=True)
 class _Call:
-    """The question one `predict` call asks."""
+    """The question one `predict_op` call asks."""
 
     op: OpKey
     dtypes: tuple[str, ...]
@@ -186,7 +186,7 @@ def _composite(c: _Call) -> Classification | None:
                 f"not found, so its verdict for torch {c.release} is not known")
         return _result(Verdict.UNKNOWN, "composite-no-callees", text, c.kb.yaml_source, CHECK_ON_MAC)
     seen = list(dict.fromkeys(c.callees))
-    results = [predict(op, dtypes, c.kb) for op, dtypes in seen]
+    results = [predict_op(op, dtypes, c.kb) for op, dtypes in seen]
     worst = max(range(len(seen)), key=lambda i: results[i].verdict.rank)
     named = ", ".join(f"{op} ({r.verdict})" for (op, _), r in zip(seen, results))
     text = (f"{c.op} is {kind} in {c.kb.yaml_source}; composite; callees: {named}; "
@@ -217,7 +217,7 @@ _RULES: tuple[Callable[[_Call], Classification | None], ...] = (
 )
 
 
-def predict(
+def predict_op(
     op: OpKey,
     dtypes: tuple[str, ...],
     kb: Knowledge,

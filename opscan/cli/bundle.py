@@ -1,0 +1,119 @@
+"""CLI: `opscan bundle TARGET [scan flags] [--device mps] -o DIR` — the probes packed for a Mac.
+
+Traces the step, plans its probes for the device (the cap of measured mode) and writes DIR/ and DIR.zip
+(opscan/bundle/make.py); stdout gets the two paths. The manifest keeps the scan options as data
+(ScanOptions.to_data) for `opscan merge`. Exit codes as the scan's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+
+from opscan.cli.common import configure_logging, run_guarded, safe_name
+from opscan.cli.scan import build_parser as scan_parser
+from opscan.cli.scan import scan_options
+from opscan.errors import ExitCode, UsageError
+
+log = logging.getLogger("opscan")
+OUTPUT_FLAGS = ("-o", "--output-dir")
+
+
+def bundle_parser() -> argparse.ArgumentParser:
+    """The scan's parser, for `opscan bundle` (the options it gives go into the manifest as data)."""
+    p = scan_parser()
+    p.prog = "opscan bundle"
+    p.description = ("Trace the step here and write a self-contained folder and zip that measures it on a Mac "
+                     "with only Python and torch: `./run.sh` there, then `opscan merge results.jsonl` here.")
+    p.epilog = "the scan's own flags set what is traced and probed; -o DIR (default bundles/<model>) gets the bundle"
+    p.add_argument("--repro-timeout", type=float, default=120.0, metavar="S",
+                   help="limit for each repro script run.sh runs after the probes (120 s)")
+    return p
+
+
+def guarded(run, args) -> int:
+    """Configure logging from -v/-q and run `run(args)` under the exit-code guard (bundle and merge)."""
+    configure_logging(getattr(args, "verbose", 0) - getattr(args, "quiet", 0))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return run_guarded(lambda: run(args), getattr(args, "verbose", 0))
+
+
+def main(argv: list[str]) -> int:
+    """`opscan bundle`; returns the exit code."""
+    try:
+        args = bundle_parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    if len(scan_argv(argv)) == len(argv):  # no -o: bundles/<model>, not the scan's OPSCAN_OUTPUT_DIR default
+        args.output_dir = None
+    args.repro = True  # merged reports carry repro files
+    return guarded(_bundle, args)
+
+
+def scan_argv(argv: list[str]) -> list[str]:
+    """argv without the output folder (-o/--output-dir and its value)."""
+    out, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in OUTPUT_FLAGS:
+            skip = True
+        elif not (word.startswith("--output-dir=") or (word.startswith("-o") and not word.startswith("--"))):
+            out.append(word)
+    return out
+
+
+def _bundle(args) -> int:
+    from opscan.bundle.make import BundleSpec, bundle_files, zip_bytes
+    from opscan.bundle.merge import repro_files
+    from opscan.probe.calls import plan
+    from opscan.probe.stage import ProbeOptions
+    from opscan.scan import prepare, scan
+
+    if args.resume or args.memory or args.probe is False:
+        raise UsageError("--resume, --memory and --no-probe do not apply to a bundle — drop them")
+    device = args.device or "mps"
+    max_elements = None if args.full_shapes else args.max_elements
+    options = scan_options(args, None)
+    if args.output_dir:
+        check_new(Path(args.output_dir))  # before tracing
+    prepared = prepare(options)
+    name = prepared.target.name
+    folder = Path(args.output_dir or Path("bundles") / safe_name(name))
+    check_new(folder)
+    log.info("planning the probes for %s …", device)
+    probe_plan = plan(prepared.trace, prepared.view, device, max_elements)
+    timeout = ProbeOptions(timeout=args.probe_timeout).timeout
+    # the predicted findings' scripts, from the same trace
+    repro, repro_probes = repro_files(scan(options, prepared=prepared), device)
+    spec = BundleSpec(args.target, name, options.to_data(), probe_plan, args.workers, timeout,
+                      repro=repro, repro_probes=repro_probes, repro_timeout=args.repro_timeout)
+    files = bundle_files(spec, folder.name)
+    _write_bundle(folder, files)
+    archive = folder.with_name(folder.name + ".zip")
+    archive.write_bytes(zip_bytes(files, folder.name))
+    log.warning("wrote the bundle %s (%d probes on %s, %d repro files) and %s — on the Mac: ./run.sh, then "
+                "`opscan merge results.jsonl --bundle %s`", folder, len(probe_plan.probes), device,
+                len(repro or {}), archive, folder)
+    print(folder)
+    print(archive)
+    return ExitCode.OK
+
+
+def check_new(folder: Path) -> None:
+    """Refuse (UsageError) a bundle folder that exists and is not empty, or whose DIR.zip exists."""
+    archive = folder.with_name(folder.name + ".zip")
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise UsageError(f"{folder} already exists and is not empty — pass -o with a new folder for the bundle")
+    if archive.exists():
+        raise UsageError(f"{archive} already exists — remove it, or pass -o with a new folder for the bundle")
+
+
+def _write_bundle(folder: Path, files: dict[str, bytes]) -> None:
+    for rel, data in files.items():
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    (folder / "run.sh").chmod(0o755)

@@ -1,0 +1,69 @@
+"""CLI: `opscan merge RESULTS [--bundle DIR]` — fold a bundle's results into the measured report.
+
+Validates the results file first (corrupted, foreign, tampered or truncated: exit 2, one line), rebuilds the
+measured report (opscan/bundle/merge.py), writes report.json/yaml/html/graphml and the repro files as the scan
+does, prints the predicted-vs-measured differences on stderr first, then the chosen format on stdout. Exit
+codes as the scan's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from opscan.cli.bundle import guarded
+from opscan.cli.common import VERDICT_NAMES, check_writable, emit, exit_code, render, safe_name, write_reports
+from opscan.errors import UsageError
+
+log = logging.getLogger("opscan")
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `opscan merge` parser."""
+    p = argparse.ArgumentParser(prog="opscan merge", description="Fold a bundle's results/results.jsonl (from "
+                                "the Mac) into the report a direct measured scan makes; the target must import "
+                                "here, with the torch and opscan that made the bundle.")
+    p.add_argument("results", metavar="RESULTS", help="results/results.jsonl as run.sh wrote it")
+    p.add_argument("--bundle", metavar="DIR", help="the bundle folder (default: the folder above results/)")
+    p.add_argument("--target", metavar="SPEC", help="the target's spec here, when it moved (default: the bundle's)")
+    p.add_argument("-o", "--output-dir", metavar="DIR", help="where the reports go (default reports/<model>/)")
+    p.add_argument("-f", "--format", choices=("table", "json", "yaml"), default="table")
+    p.add_argument("--fail-on", choices=VERDICT_NAMES, help="exit 1 when a row ranks at or above this verdict")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    p.add_argument("-q", "--quiet", action="count", default=0)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """`opscan merge`; returns the exit code."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return guarded(_merge, args)
+
+
+def _merge(args) -> int:
+    from opscan.bundle import results as results_file
+    from opscan.bundle.merge import differences, load_bundle, merged_report, real_outputs
+
+    path = Path(args.results)
+    if not path.is_file():
+        raise UsageError(f"no results file {path} — pass the results/results.jsonl that run.sh wrote on the Mac")
+    folder = Path(args.bundle) if args.bundle else path.resolve().parent.parent
+    if not args.bundle and not (folder / "manifest.json").is_file():
+        raise UsageError(f"no bundle above {path} — pass --bundle DIR (the folder `opscan bundle -o` wrote)")
+    bundle = load_bundle(folder)
+    results = results_file.load(path, bundle.hash, bundle.probes, bundle.on_pass)
+    log.info("results valid: %d outcomes from %s; tracing %s again …", len(results.outcomes),
+             (results.environments.get("off") or {}).get("platform", "?"), args.target or bundle.manifest["target"])
+    report = merged_report(bundle, results, args.target)
+    lines = differences(report)
+    print("\n".join([f"predicted vs measured: {len(lines)} rows differ", *lines]), file=sys.stderr, flush=True)
+    out_dir = Path(args.output_dir or Path("reports") / safe_name(report.model_name))
+    check_writable(out_dir)
+    write_reports(report, out_dir, real_outputs(results), device=bundle.manifest["device"])
+    args.tree = False
+    emit(render(report, args))
+    return exit_code(report, args.fail_on)
