@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import TARGETS
+from conftest import EXAMPLES, TARGETS
 from opscan.memory.estimate import estimate, without_indices
 from opscan.memory.records import Block, Timeline
 from opscan.memory.section import fit_line, lane_effect
@@ -114,6 +114,26 @@ def test_sizing_runs_match_real_traces_at_those_batches(attention_report):
     for point in points:  # meta tensors, optimizer stood in for: the same bytes as a full scan at that batch
         again = scan(ScanOptions(ATTENTION, args={"batch": point["batch"]}, fx=False))
         assert point["peak_bytes"] == again.extra["memory"]["peak_bytes"]
+
+
+@pytest.mark.parametrize("spec", [ATTENTION, f"{EXAMPLES / 'llama.py'}:build_model"])
+def test_meta_cache_leaves_the_sizing_runs_unchanged(spec):
+    # the sizing runs' meta kernels served from MetaCache: every allocation event the same as running them
+    from opscan.memory import batch
+    from opscan.predict.calls import has_mps_kernel
+    from opscan.knowledge import load_knowledge
+    from opscan.target.load import load_target
+    from opscan.trace.fast_fake import MetaCache
+
+    kb, target = load_knowledge(), load_target(spec, {}, [])
+    size = batch.batch_of(target.inputs)
+    lens, stand = (has_mps_kernel(kb), kb.macos), batch.Stand(1000, 10, 5)
+    cache = MetaCache()
+    for k in batch.FACTORS:  # one cache for both runs, as scaled_runs shares it
+        plain = batch._run(target, "meta", k, size, None, False, lens, stand)
+        cached = batch._run(target, "meta", k, size, None, False, lens, stand, cache)
+        assert cached == plain and len(plain.curve) > 20
+    assert cache.hits > 0  # calls were served from it (repeated layers, weights used in both runs)
 
 
 def test_memory_section_is_valid_and_reaches_lane_console_and_html(attention_report):

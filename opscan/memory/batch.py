@@ -33,6 +33,7 @@ from torch.overrides import TorchFunctionMode
 from opscan.memory.estimate import curve, without_indices
 from opscan.memory.tracker import track_step
 from opscan.trace import fake, step
+from opscan.trace.fast_fake import MetaCache
 from opscan.trace.lens import BRANCHES, _grad_needed
 
 log = logging.getLogger("opscan")
@@ -90,8 +91,9 @@ def scaled_runs(target, dtype: str | None, inference: bool, has_mps_kernel: Call
         return Scaling(None, (), "none", "no input tensor has a leading (batch) dimension")
     errors = []
     for method in ("meta", "fake"):
+        cache = MetaCache() if method == "meta" else None  # shared: calls on the weights repeat across runs
         try:
-            runs = tuple(_run(target, method, k, batch, dtype, inference, (has_mps_kernel, macos), stand)
+            runs = tuple(_run(target, method, k, batch, dtype, inference, (has_mps_kernel, macos), stand, cache)
                          for k in FACTORS)
         except Exception as exc:  # noqa: BLE001 - a step that can't be scaled is reported, not fatal
             errors.append(f"{method}: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}")
@@ -102,7 +104,7 @@ def scaled_runs(target, dtype: str | None, inference: bool, has_mps_kernel: Call
                    "its code may fix the batch (e.g. loss targets of one size); the table covers the traced batch")
 
 
-def _run(target, method: str, k: int, batch: int, dtype, inference: bool, lens, stand: Stand) -> Run:
+def _run(target, method: str, k: int, batch: int, dtype, inference: bool, lens, stand: Stand, cache=None) -> Run:
     build = target.fake if method == "fake" and target.fake is not None else None
     mode = build.mode if build is not None else (fake.new_mode() if method == "fake" else None)
     model = target.model if build is not None else _model_copy(target.model, method, mode)
@@ -113,7 +115,7 @@ def _run(target, method: str, k: int, batch: int, dtype, inference: bool, lens, 
             inputs = step.cast_floating(inputs, getattr(torch, dtype))
         model.eval() if inference else model.train()
         optimizer = None if inference else step.make_optimizer(model, target.build_optimizer)
-        tracker = track_step(model, inputs, ignore_device=None)
+        tracker = track_step(model, inputs, ignore_device=None, cache=cache)
         if optimizer is not None:
             optimizer.step = _standing_in(tracker, stand.excess, model)
         torch.manual_seed(0)

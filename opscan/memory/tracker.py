@@ -40,8 +40,9 @@ class StorageTracker(TorchDispatchMode):
     composites, in a CPU or fake trace)."""
 
     def __init__(self, clock: Callable[[], int] | None = None, ignore_device: str | None = "meta",
-                 describe: bool = False):
+                 describe: bool = False, cache=None):
         super().__init__()
+        self.cache = cache  # a trace.fast_fake.CallCache serving repeated calls (the sizing runs' meta tensors)
         self.calls = 0
         self.live = 0  # bytes alive now
         self.peak = 0  # most bytes alive since the last reset_peak()
@@ -92,7 +93,10 @@ class StorageTracker(TorchDispatchMode):
         self._func = func
         for t in tensors_in(args, kwargs):
             self._see(t, False)
-        out = call_through(func, *args, **kwargs)
+        if self.cache is None:
+            out = call_through(func, *args, **kwargs)
+        else:
+            out = self.cache.call(func, args, kwargs, lambda: call_through(func, *args, **kwargs))
         grows = _may_resize(func)
         for t in tensors_in(out):
             self._see(t, grows)
@@ -211,9 +215,9 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def track_step(model: torch.nn.Module, inputs, clock: Callable[[], int] | None = None,
-               ignore_device: str | None = "meta", describe: bool = False) -> StorageTracker:
+               ignore_device: str | None = "meta", describe: bool = False, cache=None) -> StorageTracker:
     """A tracker with the model's parameters and buffers and the input tensors registered."""
-    tracker = StorageTracker(clock, ignore_device, describe)
+    tracker = StorageTracker(clock, ignore_device, describe, cache)
     tracker.register(model.parameters(), "parameters")
     tracker.register(model.buffers(), "parameters")
     tracker.register(tensors_in(inputs), "inputs")

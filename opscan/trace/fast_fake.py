@@ -51,14 +51,192 @@ class Entry:
     container: type | None  # None: a single output
 
 
+class CallCache:
+    """The cache itself: key, entry and rebuild (see the module docstring), for one kind of tensor.
+
+    `call(func, args, kwargs, run)` serves a repeated call, or runs `run()` (the real dispatch) and remembers
+    how its outputs were made. Subclasses say which tensors may take part in a key (`owns`), what their
+    device is and how a rebuilt plain meta tensor becomes one of theirs (`wrap`)."""
+
+    def __init__(self):
+        self.entries: dict[tuple, Entry | object] = {}
+        self.hits = 0
+
+    def owns(self, t) -> bool:
+        """True for a tensor this cache can describe and rebuild."""
+        raise NotImplementedError
+
+    def device(self, t):
+        """The device a rebuilt tensor must report."""
+        raise NotImplementedError
+
+    def wrap(self, empty: torch.Tensor, device):
+        """The rebuilt plain meta tensor as this cache's kind of tensor."""
+        raise NotImplementedError
+
+    def call(self, func, args, kwargs, run, check=None):
+        """The call's outputs: rebuilt from the cache (then `check(out, inputs)` when given), else `run()`."""
+        key = self.key(func, args, kwargs) if _cacheable(func) else None
+        if key is None:
+            return run()
+        entry = self.entries.get(key)
+        if entry is None:
+            inputs = _tensors(args, kwargs)
+            before = [self.tensor_key(t) for t in inputs]
+            out = run()
+            self.entries[key] = self._entry(out, inputs, before)
+            return out
+        if entry is _NO:
+            return run()
+        self.hits += 1
+        inputs = _tensors(args, kwargs)
+        out = self._rebuild(entry, inputs)
+        if check is not None:
+            check(out, inputs)
+        return out
+
+    def key(self, func, args, kwargs) -> tuple | None:
+        """The call's cache key, or None when an argument cannot be part of one."""
+        parts = [func, torch.get_default_dtype(), torch._C._get_default_device(), torch.is_grad_enabled(),
+                 torch.is_inference_mode_enabled()]
+        for value in args:
+            part = self._arg_key(value)
+            if part is _NO:
+                return None
+            parts.append(part)
+        for name, value in kwargs.items():
+            part = self._arg_key(value)
+            if part is _NO:
+                return None
+            parts.append((name, part))
+        return tuple(parts)
+
+    def tensor_key(self, t) -> tuple | object:
+        """What decides a tensor argument's part in a result, or _NO."""
+        if not self.owns(t):
+            return _NO
+        return (t.dtype, tuple(t.shape), t.stride(), t.storage_offset(), self.device(t), t.requires_grad,
+                t.is_conj(), t.is_neg())
+
+    def _arg_key(self, value):
+        if isinstance(value, torch.Tensor):
+            return self.tensor_key(value)
+        if value is None:
+            return None
+        if isinstance(value, _PLAIN):
+            if type(value) is float and math.isnan(value):
+                return _NO  # nan != nan: it would never hit
+            return (type(value), value)
+        if isinstance(value, (list, tuple)):
+            parts = tuple(self._arg_key(v) for v in value)
+            return _NO if any(p is _NO for p in parts) else (type(value), parts)
+        return _NO  # SymInt, Generator, ...
+
+    def _rebuild(self, entry: Entry, inputs: list):
+        outs = [self._output(out, inputs) for out in entry.outs]
+        return outs[0] if entry.container is None else entry.container(outs)
+
+    def _output(self, out: Out, inputs: list):
+        if out.kind == "none":
+            return None
+        if out.kind == "same":
+            return inputs[out.index]
+        shape, stride, offset, dtype, device, requires_grad, conj, neg = out.meta
+        with torch._C.DisableTorchFunction():  # a plain meta tensor: no mode is active in here
+            empty = torch.empty_strided(shape, stride, dtype=dtype, device="meta", requires_grad=requires_grad)
+            if conj:
+                torch._C._set_conj(empty, True)
+            if neg:
+                torch._C._set_neg(empty, True)
+            if out.kind == "view":
+                empty.set_(inputs[out.index].untyped_storage(), offset, shape, stride)
+        return self.wrap(empty, device)
+
+    def _entry(self, out, inputs: list, before: list) -> Entry | object:
+        container = type(out) if type(out) in (tuple, list) else None
+        outs = []
+        fresh_storages: set[int] = set()
+        for value in (out if container else (out,)):
+            found = self._out(value, inputs, before, fresh_storages)
+            if found is _NO:
+                return _NO
+            outs.append(found)
+        return Entry(tuple(outs), container)
+
+    def _out(self, value, inputs: list, before: list, fresh_storages: set) -> Out | object:
+        if value is None:
+            return Out("none")
+        if self.tensor_key(value) is _NO:
+            return _NO
+        same = next((i for i, t in enumerate(inputs) if t is value), None)
+        if same is not None:  # in-place or out=: only when its metadata did not change (no resize)
+            return Out("same", same) if self.tensor_key(value) == before[same] else _NO
+        meta = (tuple(value.shape), value.stride(), value.storage_offset(), value.dtype, self.device(value),
+                value.requires_grad, value.is_conj(), value.is_neg())
+        storage = value.untyped_storage()
+        view = next((i for i, t in enumerate(inputs) if t.untyped_storage()._cdata == storage._cdata), None)
+        if view is not None:
+            return Out("view", view, meta)
+        if meta[2] != 0 or storage._cdata in fresh_storages or storage.nbytes() != _bytes_needed(value):
+            return _NO  # a fresh tensor empty_strided would not rebuild exactly
+        fresh_storages.add(storage._cdata)
+        return Out("fresh", -1, meta)
+
+
+class FakeCache(CallCache):
+    """The cache for the fake tensors of one FakeTensorMode (not constants, symbolic or subclass originals)."""
+
+    def __init__(self, mode):
+        super().__init__()
+        self.mode = mode
+
+    def owns(self, t) -> bool:
+        """(dispatch_keys is set for mkldnn and subclass originals; FakeTensor.is_mkldnn is slow)"""
+        return not (type(t) is not FakeTensor or t.fake_mode is not self.mode or t.constant is not None
+                    or t._has_symbolic_sizes_strides or t.is_sparse or t.dispatch_keys is not None)
+
+    def device(self, t):
+        """The fake device (the meta storage underneath is not what the tensor reports)."""
+        return t.fake_device
+
+    def wrap(self, empty: torch.Tensor, device):
+        """A FakeTensor of the mode over the rebuilt meta tensor."""
+        return FakeTensor(self.mode, empty, device)
+
+
+class MetaCache(CallCache):
+    """The cache for plain meta tensors (the memory estimate's sizing runs): what their meta kernels return,
+    rebuilt without running the kernels again (most are Python code, `torch._refs` and `torch._prims`)."""
+
+    def owns(self, t) -> bool:
+        """Plain (or Parameter) strided meta tensors with concrete sizes."""
+        return type(t) in _PLAIN_TENSORS and t.is_meta and not t._has_symbolic_sizes_strides \
+            and t.layout == torch.strided
+
+    def device(self, t):
+        """meta."""
+        return t.device
+
+    def wrap(self, empty: torch.Tensor, device):
+        """The rebuilt tensor itself."""
+        return empty
+
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
 class FastFakeMode(FakeTensorMode):
     """FakeTensorMode with the cache described in the module docstring."""
 
     def __init__(self, *, crosscheck: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.crosscheck = crosscheck
-        self.fast: dict[tuple, Entry | object] = {}
-        self.hits = 0
+        self.cache = FakeCache(self)
+
+    @property
+    def hits(self) -> int:
+        """Calls served from the cache so far."""
+        return self.cache.hits
 
     def dispatch(self, func, types, args=(), kwargs=None):
         """FakeTensorMode's result (see _cached), with the CPU kernel's statistics dtype for mixed layer norm."""
@@ -86,59 +264,9 @@ class FastFakeMode(FakeTensorMode):
 
     def _cached(self, func, types, args, kwargs):
         """Serve a repeated call from the cache; otherwise FakeTensorMode's dispatch, remembered."""
-        key = self._key(func, args, kwargs) if _cacheable(func) else None
-        if key is None:
-            return super().dispatch(func, types, args, kwargs)
-        entry = self.fast.get(key)
-        if entry is None:
-            inputs = _tensors(args, kwargs)
-            before = [_tensor_key(self, t) for t in inputs]
-            out = super().dispatch(func, types, args, kwargs)
-            self.fast[key] = _entry(self, out, inputs, before)
-            return out
-        if entry is _NO:
-            return super().dispatch(func, types, args, kwargs)
-        self.hits += 1
-        inputs = _tensors(args, kwargs)
-        out = self._rebuild(entry, inputs)
-        if self.crosscheck:
-            _compare(out, super().dispatch(func, types, args, kwargs), inputs, func)
-        return out
-
-    def _key(self, func, args, kwargs) -> tuple | None:
-        parts = [func, torch.get_default_dtype(), torch._C._get_default_device(), torch.is_grad_enabled(),
-                 torch.is_inference_mode_enabled()]
-        for value in args:
-            part = _arg_key(self, value)
-            if part is _NO:
-                return None
-            parts.append(part)
-        for name, value in kwargs.items():
-            part = _arg_key(self, value)
-            if part is _NO:
-                return None
-            parts.append((name, part))
-        return tuple(parts)
-
-    def _rebuild(self, entry: Entry, inputs: list):
-        outs = [self._output(out, inputs) for out in entry.outs]
-        return outs[0] if entry.container is None else entry.container(outs)
-
-    def _output(self, out: Out, inputs: list):
-        if out.kind == "none":
-            return None
-        if out.kind == "same":
-            return inputs[out.index]
-        shape, stride, offset, dtype, device, requires_grad, conj, neg = out.meta
-        with torch._C.DisableTorchFunction():  # a plain meta tensor: no mode is active in here
-            empty = torch.empty_strided(shape, stride, dtype=dtype, device="meta", requires_grad=requires_grad)
-            if conj:
-                torch._C._set_conj(empty, True)
-            if neg:
-                torch._C._set_neg(empty, True)
-            if out.kind == "view":
-                empty.set_(inputs[out.index].untyped_storage(), offset, shape, stride)
-        return FakeTensor(self, empty, device)
+        run = lambda: super(FastFakeMode, self).dispatch(func, types, args, kwargs)  # noqa: E731
+        check = (lambda out, inputs: _compare(out, run(), inputs, func)) if self.crosscheck else None
+        return self.cache.call(func, args, kwargs, run, check)
 
 
 _LAYER_NORM = _aten.native_layer_norm.default
@@ -157,29 +285,6 @@ def _cacheable(func) -> bool:
     return known
 
 
-def _tensor_key(mode, t) -> tuple | object:
-    if type(t) is not FakeTensor or t.fake_mode is not mode or t.constant is not None \
-            or t._has_symbolic_sizes_strides or t.is_sparse or t.dispatch_keys is not None:
-        return _NO  # (dispatch_keys is set for mkldnn and subclass originals; FakeTensor.is_mkldnn is slow)
-    return (t.dtype, tuple(t.shape), t.stride(), t.storage_offset(), t.fake_device, t.requires_grad,
-            t.is_conj(), t.is_neg())
-
-
-def _arg_key(mode, value):
-    if isinstance(value, torch.Tensor):
-        return _tensor_key(mode, value)
-    if value is None:
-        return None
-    if isinstance(value, _PLAIN):
-        if type(value) is float and math.isnan(value):
-            return _NO  # nan != nan: it would never hit
-        return (type(value), value)
-    if isinstance(value, (list, tuple)):
-        parts = tuple(_arg_key(mode, v) for v in value)
-        return _NO if any(p is _NO for p in parts) else (type(value), parts)
-    return _NO  # SymInt, Generator, ...
-
-
 def _tensors(args, kwargs) -> list:
     out = []
     for value in (*args, *kwargs.values()):
@@ -188,38 +293,6 @@ def _tensors(args, kwargs) -> list:
         elif isinstance(value, (list, tuple)):
             out.extend(v for v in value if isinstance(v, torch.Tensor))
     return out
-
-
-def _entry(mode, out, inputs: list, before: list) -> Entry | object:
-    container = type(out) if type(out) in (tuple, list) else None
-    outs = []
-    fresh_storages: set[int] = set()
-    for value in (out if container else (out,)):
-        found = _out(mode, value, inputs, before, fresh_storages)
-        if found is _NO:
-            return _NO
-        outs.append(found)
-    return Entry(tuple(outs), container)
-
-
-def _out(mode, value, inputs: list, before: list, fresh_storages: set) -> Out | object:
-    if value is None:
-        return Out("none")
-    if _tensor_key(mode, value) is _NO:
-        return _NO
-    same = next((i for i, t in enumerate(inputs) if t is value), None)
-    if same is not None:  # in-place or out=: only when its metadata did not change (no resize)
-        return Out("same", same) if _tensor_key(mode, value) == before[same] else _NO
-    meta = (tuple(value.shape), value.stride(), value.storage_offset(), value.dtype, value.fake_device,
-            value.requires_grad, value.is_conj(), value.is_neg())
-    storage = value.untyped_storage()
-    view = next((i for i, t in enumerate(inputs) if t.untyped_storage()._cdata == storage._cdata), None)
-    if view is not None:
-        return Out("view", view, meta)
-    if meta[2] != 0 or storage._cdata in fresh_storages or storage.nbytes() != _bytes_needed(value):
-        return _NO  # a fresh tensor empty_strided would not rebuild exactly
-    fresh_storages.add(storage._cdata)
-    return Out("fresh", -1, meta)
 
 
 def _bytes_needed(t) -> int:
