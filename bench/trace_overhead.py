@@ -1,8 +1,8 @@
 """Benchmark: what opscan's trace costs per call, on real tensors, against eager and two reference modes.
 
 One process, one call-bound training step (torchvision resnet18, batch 2, 3x64x64, cross-entropy, a fresh
-AdamW each step; CPU, real tensors, torch's default threads), timed five ways in interleaved rounds (each round runs every variant
-once, in a rotating order, so load from other jobs spreads over all of them):
+AdamW each step; CPU, real tensors, torch's default threads), timed five ways in interleaved rounds (each
+round runs every variant once, in a rotating order, so load from other jobs spreads over all of them):
 
 - `eager`: the step alone;
 - `bare mode`: inside a pass-through TorchDispatchMode (the least any dispatch mode costs);
@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, list[float]] = {name: [] for name in runs}
     names = list(runs)
     print(f"resnet18, batch {args.batch}, 3x{args.size}x{args.size}, {counter.calls} aten calls a step; "
-          f"{os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads, load average {os.getloadavg()[0]:.2f} at the start; "
+          f"{os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads, "
+          f"load average {os.getloadavg()[0]:.2f} at the start; "
           f"{args.rounds} interleaved rounds", flush=True)
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:

@@ -101,10 +101,17 @@ def prepare(options: ScanOptions) -> Prepared:
 def scan(options: ScanOptions, session=None, prepared: Prepared | None = None) -> Report:
     """Run the whole predicted scan of one target and return its Report (`prepared`: reuse a trace that
     prepare(options) already made, as `opscan bundle` does after planning its probes)."""
+    from opscan.trace.collector import spared
+
+    prepared = prepared or prepare(options)
+    with spared():  # the trace, the model and the imports outlive every later stage (trace/collector.py)
+        return _report(options, session, prepared)
+
+
+def _report(options: ScanOptions, session, prepared: Prepared) -> Report:
     from opscan.predict.history import since_and_upgrade, with_since
     from opscan.predict.calls import predict_call, decided_by
 
-    prepared = prepared or prepare(options)
     kb, target, trace, view, trackers = (prepared.kb, prepared.target, prepared.trace, prepared.view,
                                          prepared.trackers)
     cache: dict = {}

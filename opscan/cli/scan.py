@@ -129,10 +129,13 @@ def _run(args: argparse.Namespace) -> int:
         check_writable(Path(args.output_dir))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     log.info("tracing %s …", args.target)
-    report = _scan(args)
-    out_dir = Path(args.output_dir or Path("reports") / safe_name(report.model_name))
-    check_writable(out_dir)
-    write_reports(report, out_dir)
+    from opscan.trace.collector import spared
+
+    with spared():  # the report's objects outlive the writing too (trace/collector.py)
+        report = _scan(args)
+        out_dir = Path(args.output_dir or Path("reports") / safe_name(report.model_name))
+        check_writable(out_dir)
+        write_reports(report, out_dir)
     emit(render(report, args, baseline))
     return exit_code(report, args.fail_on, baseline)
 

@@ -1,8 +1,8 @@
 """Memory stage: compose the estimate, the sizing runs, the Mac table and the bfloat16 check.
 
 `tracking(sink)` is handed to the trace (trace_step's `memory`): it registers the model's parameters,
-buffers and inputs and enters a `StorageTracker` below the recorder, so the trace and the estimate see
-the same calls and the peak can be named by the recorder's call (phase, module, op).
+buffers and inputs in a `StorageTracker`, which the recorder hands every call it passes on, so the trace
+and the estimate see the same calls and the peak can be named by the recorder's call (phase, module, op).
 """
 
 from __future__ import annotations

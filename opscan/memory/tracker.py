@@ -17,6 +17,7 @@ call that made it (estimate.py). Works on real, fake and meta tensors and on any
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import weakref
 from typing import Callable, Iterable
@@ -75,20 +76,39 @@ class StorageTracker(TorchDispatchMode):
             self._roles[index] = role
 
     def __enter__(self) -> StorageTracker:
-        self._handles = [optim_hooks.register_optimizer_step_pre_hook(self._before_step),
-                         optim_hooks.register_optimizer_step_post_hook(self._after_step)]
+        self._attach()
         return super().__enter__()
 
     def __exit__(self, *exc):
+        self._detach()
+        return super().__exit__(*exc)
+
+    @contextlib.contextmanager
+    def attached(self):
+        """For a tracker driven by another dispatch mode, which hands it each call it passes on (`observe`):
+        the optimizer hooks only, no dispatch mode of its own (the recorder's calls cost one mode, not two)."""
+        self._attach()
+        try:
+            yield self
+        finally:
+            self._detach()
+
+    def _attach(self) -> None:
+        self._handles = [optim_hooks.register_optimizer_step_pre_hook(self._before_step),
+                         optim_hooks.register_optimizer_step_post_hook(self._after_step)]
+
+    def _detach(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._mark_grads(self._params)
         self._closed = True
         self._refs.clear()  # callbacks of storages that outlive the step never fire
-        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        return self.observe(func, args, kwargs or {})
+
+    def observe(self, func, args, kwargs):
+        """Run one call, counting the storages it reads and makes."""
         self.calls += 1
         self._func = func
         for t in tensors_in(args, kwargs):

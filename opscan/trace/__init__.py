@@ -17,6 +17,7 @@ from opscan.opkey import OpKey
 from opscan.target.load import Target
 from opscan.trace import fake, fxnodes, step
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker
+from opscan.trace.collector import spared
 from opscan.trace.lens import MpsLens
 from opscan.trace.recorder import CallRecorder
 from opscan.trace.records import FxInfo, OpCall, TensorMeta, Trace
@@ -48,10 +49,10 @@ def trace_step(target: Target, options: TraceOptions = TraceOptions(), *,
     `expand(op)` names the composites whose callees should be recorded (see recorder.py).
     The defaults record the plain CPU trace. A target built with fake tensors (`target.fake`) is
     traced inside the same FakeTensorMode. `memory(model, inputs, clock)`, when given, returns a
-    dispatch mode entered below the recorder (opscan.memory.tracker.track_step); `clock()` is the
-    index of the call being recorded.
+    storage tracker (opscan.memory.tracker.track_step) that the recorder hands every call it passes on,
+    as a dispatch mode below it would see them; `clock()` is the index of the call being recorded.
     """
-    with fake.entered(target.fake):
+    with spared(), fake.entered(target.fake):  # the imports and the model outlive the trace
         return _trace(target, options, has_mps_kernel, expand, memory)
 
 
@@ -66,11 +67,13 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
     recorder = CallRecorder(tracker, mapper, phases, expand)
     lens = MpsLens(recorder, mapper, tracker, has_mps_kernel, options.macos)
     recorder.index_parameters(model)
-    below = memory(model, inputs, lambda: len(recorder.calls) - 1) if memory else contextlib.nullcontext()
+    below = memory(model, inputs, lambda: len(recorder.calls) - 1) if memory else None
+    recorder.below = below
     notes: list[str] = []
     with contextlib.ExitStack() as stack:
         tagger = fxnodes.FxNodeTagger(gm, tracker, recorder) if gm is not None else contextlib.nullcontext()
-        for ctx in (tracker, phases, tagger, lens, mapper, below, recorder):
+        attached = below.attached() if below is not None else contextlib.nullcontext()
+        for ctx in (tracker, phases, tagger, lens, mapper, attached, recorder):
             stack.enter_context(ctx)
         if target.fake is not None:
             stack.enter_context(fake.stop_on_data_dependence(notes, recorder.calls))

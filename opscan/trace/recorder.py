@@ -53,6 +53,7 @@ class CallRecorder(TorchDispatchMode):
         self._last_phase = ""
         self._parents: list[int] = []
         self._params: list = []
+        self.below = None  # the memory tracker, handed every call this mode passes on (its `observe`)
 
     def index_parameters(self, model: torch.nn.Module) -> None:
         """Remember parameter storages so optimizer calls can be attributed to their module."""
@@ -103,14 +104,20 @@ class CallRecorder(TorchDispatchMode):
             raised=raised,
         )
 
+    def _through(self, func, args, kwargs):
+        """The call as the modes below (the memory tracker, a fake mode) and the kernels run it."""
+        if self.below is None:
+            return call_through(func, *args, **kwargs)
+        return self.below.observe(func, args, kwargs)
+
     def _execute(self, func, op: OpKey, index: int, args, kwargs):
         if len(self._parents) >= MAX_EXPANSION_DEPTH or not self.expand(op):
-            return call_through(func, *args, **kwargs), False
+            return self._through(func, args, kwargs), False
         if _is_view(func):  # a composite view only rewrites metadata: no callee dispatches
-            return call_through(func, *args, **kwargs), True
+            return self._through(func, args, kwargs), True
         key = _composite_key(func)
         if key is None:
-            return call_through(func, *args, **kwargs), False
+            return self._through(func, args, kwargs), False
         self._parents.append(index)
         try:
             try:
@@ -118,12 +125,12 @@ class CallRecorder(TorchDispatchMode):
                     out = func._op_dk(key, *args, **kwargs)
             except Exception:  # noqa: BLE001 - the composite kernel refused these arguments
                 del self.calls[index + 1:]  # (e.g. a Python scalar the C++ schema wants as a Tensor)
-                return call_through(func, *args, **kwargs), False
+                return self._through(func, args, kwargs), False
             if len(self.calls) == index + 1:  # a CPU fast path dispatched nothing: see the device path
                 # nothing dispatched on meta either: metadata only; the meta run failed: not known
                 expanded = self._expand_on_meta(func, key, args, kwargs)
                 if _strayed(out, args, kwargs) and not func._schema.is_mutable:
-                    out = call_through(func, *args, **kwargs)  # C++ made a plain meta tensor of a fake one
+                    out = self._through(func, args, kwargs)  # C++ made a plain meta tensor of a fake one
                 return out, expanded
             return out, True
         finally:
