@@ -136,8 +136,8 @@ def _run(args: argparse.Namespace) -> int:
         out_dir = Path(args.output_dir or Path("reports") / safe_name(report.model_name))
         check_writable(out_dir)
         write_reports(report, out_dir)
-    emit(render(report, args, baseline))
-    return exit_code(report, args.fail_on, baseline)
+        emit(render(report, args, baseline))
+        return exit_code(report, args.fail_on, baseline)
 
 
 def _baseline(path: str | None):

@@ -119,53 +119,64 @@ def graph_section(g: nx.DiGraph, transfers: Transfers, findings: list[int]) -> d
 def graphml_text(g: nx.DiGraph, transfers: Transfers | None = None) -> str:
     """GraphML of a graph: its scalar attributes (strings, numbers, booleans), plus each call's copies.
 
-    Written directly (networkx's writer takes seconds for a 7B step); read back by nx.read_graphml.
+    Written directly in one pass (networkx's writer takes seconds for a 7B step), escaping each distinct text
+    once; attribute keys are numbered in order of first appearance. Read back by nx.read_graphml.
     """
     costs = {t.node: t.cost for t in transfers.nodes} if transfers else None
-    nodes = [(n, _node_attrs(n, d, costs)) for n, d in g.nodes(data=True)]
-    edges = [(u, v, _scalars(d)) for u, v, d in g.edges(data=True)]
-    node_keys, edge_keys = _keys(a for _, a in nodes), _keys(a for _, _, a in edges)
+    node_keys: dict = {}  # attribute name -> (its <data> tag, GraphML type), in order of first appearance
+    edge_keys: dict = {}
+    texts: dict = {}  # value -> its escaped text
+    names: dict = {}  # node -> its quoted id
+    body = [f"<node id={_quoted(n, names)}>{_data(_node_attrs(n, d, costs), node_keys, 'n', texts)}</node>"
+            for n, d in g.nodes(data=True)]
+    body += [f"<edge source={_quoted(u, names)} target={_quoted(v, names)}>{_data(d, edge_keys, 'e', texts)}"
+             "</edge>" for u, v, d in g.edges(data=True)]
     out = ['<?xml version="1.0" encoding="utf-8"?>',
            '<graphml xmlns="http://graphml.graphdrawing.org/xmlns">']
     out += [f'<key id="n{i}" for="node" attr.name={quoteattr(k)} attr.type="{t}"/>'
-            for i, (k, t) in enumerate(node_keys)]
+            for i, (k, (_, t)) in enumerate(node_keys.items())]
     out += [f'<key id="e{i}" for="edge" attr.name={quoteattr(k)} attr.type="{t}"/>'
-            for i, (k, t) in enumerate(edge_keys)]
+            for i, (k, (_, t)) in enumerate(edge_keys.items())]
     out.append('<graph edgedefault="directed">')
-    node_ids = {k: f"n{i}" for i, (k, _) in enumerate(node_keys)}
-    edge_ids = {k: f"e{i}" for i, (k, _) in enumerate(edge_keys)}
-    out += [f"<node id={quoteattr(str(n))}>{_data(a, node_ids)}</node>" for n, a in nodes]
-    out += [f"<edge source={quoteattr(str(u))} target={quoteattr(str(v))}>{_data(a, edge_ids)}</edge>"
-            for u, v, a in edges]
+    out += body
     out += ["</graph>", "</graphml>", ""]
     return "\n".join(out)
 
 
 def _node_attrs(node: str, d: dict, costs: dict | None) -> dict:
-    attrs = _scalars(d)
-    if costs is not None and d.get("kind") == "call":
-        c = costs.get(node, Cost())
-        attrs.update(d2h_bytes=c.d2h_bytes, h2d_bytes=c.h2d_bytes, d2h_syncs=c.d2h_syncs, h2d_syncs=c.h2d_syncs)
-    return attrs
-
-
-def _scalars(data: dict) -> dict:
-    return {k: v for k, v in data.items() if isinstance(v, (str, int, float, bool))}
-
-
-def _keys(all_attrs) -> list[tuple[str, str]]:
-    types: dict[str, str] = {}
-    for attrs in all_attrs:
-        for k, v in attrs.items():
-            types.setdefault(k, _TYPES[type(v)] if type(v) in _TYPES else "string")
-    return list(types.items())
+    if costs is None or d.get("kind") != "call":
+        return d
+    c = costs.get(node, Cost())
+    return {**d, "d2h_bytes": c.d2h_bytes, "h2d_bytes": c.h2d_bytes, "d2h_syncs": c.d2h_syncs,
+            "h2d_syncs": c.h2d_syncs}
 
 
 _TYPES = {bool: "boolean", int: "long", float: "double", str: "string"}
+_SCALARS = (str, int, float, bool)
 
 
-def _data(attrs: dict, ids: dict) -> str:
-    return "".join(f'<data key="{ids[k]}">{_value(v)}</data>' for k, v in attrs.items())
+def _data(attrs: dict, keys: dict, prefix: str, texts: dict) -> str:
+    """The <data> elements of one node or edge: its scalar attributes only, new keys numbered as they come."""
+    parts = []
+    for k, v in attrs.items():
+        kind = type(v)
+        if kind not in _TYPES and not isinstance(v, _SCALARS):
+            continue
+        tag = keys.get(k)
+        if tag is None:
+            tag = keys[k] = (f'<data key="{prefix}{len(keys)}">', _TYPES.get(kind, "string"))
+        text = texts.get((kind, v))  # keyed by type too: True == 1 == 1.0 but each reads differently
+        if text is None:
+            text = texts[(kind, v)] = _value(v)
+        parts.append(f"{tag[0]}{text}</data>")
+    return "".join(parts)
+
+
+def _quoted(node, names: dict) -> str:
+    text = names.get(node)
+    if text is None:
+        text = names[node] = quoteattr(str(node))
+    return text
 
 
 def _value(v) -> str:

@@ -107,11 +107,11 @@ class StorageTracker(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return self.observe(func, args, kwargs or {})
 
-    def observe(self, func, args, kwargs):
-        """Run one call, counting the storages it reads and makes."""
+    def observe(self, func, args, kwargs, ins: list | None = None):
+        """Run one call, counting the storages it reads (`ins`: its tensor arguments, when known) and makes."""
         self.calls += 1
         self._func = func
-        for t in tensors_in(args, kwargs):
+        for t in tensors_in(args, kwargs) if ins is None else ins:
             self._see(t, False)
         if self.cache is None:
             out = call_through(func, *args, **kwargs)
@@ -211,11 +211,16 @@ class StorageTracker(TorchDispatchMode):
         return int(hint)
 
 
-@functools.lru_cache(maxsize=None)
+_MUTABLE: dict[int, tuple] = {}  # id(func) -> (func, _may_resize): no OpOverload.__hash__ per call
+
+
 def _may_resize(func) -> bool:
     """Ops that write into an argument (out= variants, resize_) can grow its storage."""
-    schema = getattr(func, "_schema", None)
-    return bool(schema is not None and schema.is_mutable)
+    found = _MUTABLE.get(id(func))
+    if found is None or found[0] is not func:
+        schema = getattr(func, "_schema", None)
+        found = _MUTABLE[id(func)] = (func, bool(schema is not None and schema.is_mutable))
+    return found[1]
 
 
 @functools.lru_cache(maxsize=None)

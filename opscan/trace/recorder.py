@@ -45,7 +45,8 @@ class CallRecorder(TorchDispatchMode):
                  expand: Callable[[OpKey], bool] | None = None):
         super().__init__()
         self.tracker, self.mapper, self.phases = tracker, mapper, phases
-        self.expand = functools.lru_cache(maxsize=None)(expand or (lambda op: False))  # per OpKey
+        self.expand = expand or (lambda op: False)
+        self._expands: dict[int, bool] = {}  # id(func) -> expand(its OpKey), asked once per operator
         self.storages = StorageIds()
         self.param_storages: dict[int, str] = {}
         self.calls: list[OpCall] = []
@@ -71,19 +72,20 @@ class CallRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if func is _DEVICE_QUERY:  # a fake tensor asking its device through the dispatcher: no call
             return _device_query(func, args, kwargs)
-        if _is_composite(func):
+        op = _facts(func)
+        if op is None:
             return self._decomposed(func, args, kwargs)
         phase = self.phases.current()
         if phase == "optimizer" and self._last_phase != "optimizer":
             self._index_gradients()
         self._last_phase = phase
-        op = _op_key(func)
-        inputs = self._metas(tensors_in(args, kwargs))
+        ins = tensors_in(args, kwargs)
+        inputs = self._metas(ins)
         index = len(self.calls)
         spec = encode_args(args, kwargs)  # before the call: an in-place op changes its inputs
         self.calls.append(None)  # reserve the slot so callees come after their composite
         try:
-            out, expanded = self._execute(func, op, index, args, kwargs)
+            out, expanded = self._execute(func, op, index, args, kwargs, ins)
         except Exception as exc:  # the step may catch it ("try float16, else float32"): keep the call
             self._store(index, op, phase, inputs, (), args, kwargs, spec, False, f"{type(exc).__name__}: {exc}")
             raise
@@ -96,23 +98,28 @@ class CallRecorder(TorchDispatchMode):
         if how == "parameter" and phase == "optimizer":
             for t in outputs:  # optimizer state made from a parameter belongs to its module
                 self.param_storages.setdefault(t.storage, module)
+        attrs = tuple([_attr(x) for x in args] + [_attr(x) for x in kwargs.values()]) if kwargs \
+            else tuple([_attr(x) for x in args])
         self.calls[index] = OpCall(
-            index=index, op=op, phase=phase, module=module, inputs=inputs, outputs=outputs,
-            bookkeeping=is_bookkeeping(op), fx_node=self.fx_node if phase == "forward" else None,
-            module_source=how, node=_current_node(), parent=self._parents[-1] if self._parents else None,
-            attrs=tuple(_attr(x) for x in (*args, *kwargs.values())), expanded=expanded, args_spec=spec,
-            raised=raised,
-        )
+            index, op, phase, module, inputs, outputs, is_bookkeeping(op),
+            self.fx_node if phase == "forward" else None, how, _current_node(),
+            self._parents[-1] if self._parents else None, expanded, attrs, spec, raised)
 
-    def _through(self, func, args, kwargs):
+    def _through(self, func, args, kwargs, ins=None):
         """The call as the modes below (the memory tracker, a fake mode) and the kernels run it."""
         if self.below is None:
             return call_through(func, *args, **kwargs)
-        return self.below.observe(func, args, kwargs)
+        return self.below.observe(func, args, kwargs, ins)
 
-    def _execute(self, func, op: OpKey, index: int, args, kwargs):
-        if len(self._parents) >= MAX_EXPANSION_DEPTH or not self.expand(op):
-            return self._through(func, args, kwargs), False
+    def _expands_op(self, func, op: OpKey) -> bool:
+        found = self._expands.get(id(func))
+        if found is None:
+            found = self._expands[id(func)] = bool(self.expand(op))
+        return found
+
+    def _execute(self, func, op: OpKey, index: int, args, kwargs, ins=None):
+        if len(self._parents) >= MAX_EXPANSION_DEPTH or not self._expands_op(func, op):
+            return self._through(func, args, kwargs, ins), False
         if _is_view(func):  # a composite view only rewrites metadata: no callee dispatches
             return self._through(func, args, kwargs), True
         key = _composite_key(func)
@@ -176,10 +183,15 @@ class CallRecorder(TorchDispatchMode):
         return tuple(describe(t, self.storages) for t in tensors)
 
 
-@functools.lru_cache(maxsize=None)
-def _op_key(func) -> OpKey:
-    """OpKey.of, once per OpOverload."""
-    return OpKey.of(func)
+_FACTS: dict[int, tuple] = {}  # id(func) -> (func, its OpKey or None for a composite): no OpOverload.__hash__
+
+
+def _facts(func) -> OpKey | None:
+    """OpKey.of(func), once per operator; None when the C++ composite kernel is what runs (_is_composite)."""
+    found = _FACTS.get(id(func))
+    if found is None or found[0] is not func:
+        found = _FACTS[id(func)] = (func, None if _is_composite(func) else OpKey.of(func))
+    return found[1]
 
 
 @functools.lru_cache(maxsize=None)
@@ -208,10 +220,15 @@ def _current_node() -> int | None:
     return None if node is None else int(node._sequence_nr())
 
 
+_PLAIN = frozenset({bool, int, float, str, type(None)})
+
+
 def _attr(value):
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, torch.Tensor):
         return "<tensor>"
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
         return str(value)

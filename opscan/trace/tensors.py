@@ -1,9 +1,10 @@
 """Trace stage: the recorder's per-tensor work, kept small because it runs for every tensor of every call.
 
 `StorageIds` numbers storages (real, meta or fake: a FakeTensor has meta storage of its own, shared by
-its views); `describe` turns a tensor into a `TensorMeta`; `tensors_in` lists the tensors of a
-dispatched call's arguments or results in pytree order (aten schemas nest at most lists in tuples,
-so a two-level walk replaces `tree_leaves`). Names of dtypes and devices are cached per object.
+its views); `describe` turns a tensor into a `TensorMeta` (one object per distinct metadata); `tensors_in`
+lists the tensors of a dispatched call's arguments or results in pytree order (aten schemas nest at most
+lists in tuples, so a two-level walk replaces `tree_leaves`). Names and sizes of dtypes and device names
+are cached per object.
 A data-dependent size or stride (an unbacked symbol under fake tensors) is recorded as -1, and the
 tensor's bytes as 0 (byte sums downstream stay sums of known sizes).
 """
@@ -17,16 +18,19 @@ from opscan.trace.records import TensorMeta
 
 UNKNOWN = -1  # a size or stride that depends on tensor values (fake tensors)
 
-_DTYPE_NAMES: dict[torch.dtype, str] = {}
+_DTYPES: dict[torch.dtype, tuple[str, int]] = {}  # dtype -> (name, bytes per element)
 _DEVICE_NAMES: dict[torch.device, str] = {}
+_EXPIRED = torch.UntypedStorage._expired  # (StorageWeakRef.expired, without its two Python calls)
 
 
 class StorageIds:
-    """Small integers for storages; a freed storage's number is never reused."""
+    """Small integers for storages; a freed storage's number is never reused. Also interns the TensorMetas
+    `describe` makes (equal metadata, one object: fewer objects for the collector to walk)."""
 
     def __init__(self):
         self._live: dict[int, tuple[int, StorageWeakRef]] = {}
         self._next = 0
+        self.metas: dict[tuple, TensorMeta] = {}
 
     def of(self, tensor: torch.Tensor) -> int:
         """The id of `tensor`'s storage (-1 for tensors without one)."""
@@ -35,7 +39,7 @@ class StorageIds:
         except (RuntimeError, NotImplementedError):
             return -1
         known = self._live.get(storage._cdata)
-        if known is not None and not known[1].expired():
+        if known is not None and not _EXPIRED(known[1].cdata):
             return known[0]
         ref = StorageWeakRef(storage)  # holds a weak count: the address is not reused while we look
         self._next += 1
@@ -46,9 +50,10 @@ class StorageIds:
 def describe(t: torch.Tensor, storages: StorageIds) -> TensorMeta:
     """dtype, shape, stride, device, storage id and bytes of one tensor."""
     dtype = t.dtype
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    known = _DTYPES.get(dtype)
+    if known is None:
+        known = _DTYPES[dtype] = (str(dtype).removeprefix("torch."), t.element_size())
+    name, size = known
     device = t.device
     where = _DEVICE_NAMES.get(device)
     if where is None:
@@ -59,11 +64,15 @@ def describe(t: torch.Tensor, storages: StorageIds) -> TensorMeta:
         stride = ()
     if t._has_symbolic_sizes_strides:
         shape, stride = concrete(t.shape), concrete(stride)
-        nbytes = 0 if UNKNOWN in shape else _product(shape) * t.element_size()  # 0: no negative byte sums
+        nbytes = 0 if UNKNOWN in shape else _product(shape) * size  # 0: no negative byte sums
     else:
-        shape, nbytes = tuple(t.shape), t.numel() * t.element_size()
-    return TensorMeta(dtype=name, shape=shape, stride=tuple(stride), device=where,
-                      storage=storages.of(t), nbytes=nbytes)
+        shape = tuple(t.shape)
+        nbytes = _product(shape) * size
+    key = (name, shape, tuple(stride), where, storages.of(t), nbytes)
+    meta = storages.metas.get(key)
+    if meta is None:
+        meta = storages.metas[key] = TensorMeta(*key)
+    return meta
 
 
 def tensors_in(*values) -> list[torch.Tensor]:
