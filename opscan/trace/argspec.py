@@ -28,7 +28,7 @@ import torch
 VALUE_CAP = 1 << 16  # integer/bool tensors with more elements keep no values
 VERSION = 1
 
-_INT_LIKE = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+_INT_LIKE = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
 
 
 def encode(args, kwargs, value_cap: int = VALUE_CAP) -> dict:
@@ -99,10 +99,9 @@ def _values(t: torch.Tensor, cap: int):
         return None  # fake tensors and other subclasses: no values to read
     try:
         with _real_data():  # a real constant under a fake mode (cnn.py's targets under --fake) keeps its values
-            values = t.detach().tolist()
+            return t.detach().tolist()  # ints or bools, nested as the shape (the dtypes above)
     except Exception:  # noqa: BLE001 - a tensor that cannot give its data: builders make values
         return None
-    return values if _plain(values) else None
 
 
 def _real_data():
@@ -114,12 +113,6 @@ def _real_data():
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     return unset_fake_temporarily()
-
-
-def _plain(values) -> bool:
-    if isinstance(values, list):
-        return all(_plain(v) for v in values)
-    return type(values) in (int, bool)
 
 
 def _fake_mode_active() -> bool:

@@ -17,6 +17,7 @@ from opscan.trace.guard import call_through
 from torch.overrides import TorchFunctionMode
 
 _ACCUMULATE = "AccumulateGrad"
+_NO_TENSORS = frozenset({bool, int, float, str, type(None), torch.Size, torch.dtype, torch.device})
 
 
 class ModuleTracker:
@@ -104,13 +105,20 @@ class GradFnMapper(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = call_through(func, *args, **(kwargs or {}))
-        if torch.is_grad_enabled():
-            current = self.tracker.current
-            self._claim(out, "" if current is None else current)
+        if type(out) in _NO_TENSORS or not torch.is_grad_enabled():
+            return out  # (shape queries, sizes, flags: most calls)
+        current = self.tracker.current
+        self._claim(out, "" if current is None else current)
         return out
 
     def _claim(self, out, module: str) -> None:
-        todo = [t.grad_fn for t in _tensors(out) if t.grad_fn is not None]
+        if isinstance(out, torch.Tensor):  # the common case, without the generator below
+            node = out.grad_fn
+            if node is None or node._sequence_nr() in self.node_module:
+                return
+            todo = [node]
+        else:
+            todo = [t.grad_fn for t in _tensors(out) if t.grad_fn is not None]
         while todo:
             node = todo.pop()
             if node is None or type(node).__name__ == _ACCUMULATE:

@@ -23,6 +23,7 @@ from opscan.markers import MOVE_PREFIX
 
 _CPU = torch.device("cpu")
 _READS = (torch.Tensor.tolist, torch.Tensor.__repr__, torch.Tensor.__format__)
+_LABELLED = frozenset({torch.Tensor.cpu, torch.Tensor.to, *_READS})  # the functions _label can name
 
 
 class ExplicitMoves(TorchFunctionMode):
@@ -30,6 +31,8 @@ class ExplicitMoves(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func not in _LABELLED:  # most calls: nothing to label
+            return func(*args, **kwargs)
         x = args[0] if args else None
         label = _label(func, args, kwargs) if isinstance(x, torch.Tensor) else None
         if label is None or x.device.type == "meta":
