@@ -24,6 +24,7 @@ from opscan.probe.launch import EOF, TIMEOUT, LaunchError, SpawnLauncher, Zygote
 from opscan.probe.protocol import PLUGIN_ENV, VERSION, PassOutcome, ProbeCall, ProtocolError, dumps, loads
 
 FALLBACK_VAR = "PYTORCH_ENABLE_MPS_FALLBACK"
+THREADS_VAR = "OMP_NUM_THREADS"
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,16 @@ class RunnerOptions:
     log_path: str | None = None  # where workers' stderr goes (default: discarded)
 
 
-def pass_env(pass_name: str, base: dict | None = None) -> dict:
-    """The child environment of a pass: the variable removed (off) or "1" (on)."""
+def pass_env(pass_name: str, base: dict | None = None, workers: int | None = None) -> dict:
+    """The child environment of a pass: the variable removed (off) or "1" (on). With `workers`, each worker's
+    share of the cores for torch's intra-op threads (OMP_NUM_THREADS, unless set): `workers` processes with a
+    thread per core each would oversubscribe the machine and spin (the CPU references take most of a probe)."""
     env = dict(os.environ if base is None else base)
     env.pop(FALLBACK_VAR, None)
     if pass_name == "on":
         env[FALLBACK_VAR] = "1"
+    if workers and THREADS_VAR not in env:
+        env[THREADS_VAR] = str(max(1, (os.cpu_count() or 1) // workers))
     return env
 
 
@@ -69,7 +74,7 @@ class Pool:
         self.launcher = self._launcher()
 
     def _launcher(self):
-        env = pass_env(self.pass_name)
+        env = pass_env(self.pass_name, workers=self.options.workers)
         stderr = open(self.options.log_path, "ab") if self.options.log_path else None  # noqa: SIM115
         kind = isolation_for(self.options)
         if kind == "zygote":
