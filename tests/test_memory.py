@@ -123,7 +123,7 @@ def test_meta_cache_leaves_the_sizing_runs_unchanged(spec):
     from opscan.predict.calls import has_mps_kernel
     from opscan.knowledge import load_knowledge
     from opscan.target.load import load_target
-    from opscan.trace.fast_fake import MetaCache
+    from opscan.trace.call_cache import MetaCache
 
     kb, target = load_knowledge(), load_target(spec, {}, [])
     size = batch.batch_of(target.inputs)

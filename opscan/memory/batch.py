@@ -33,7 +33,7 @@ from torch.overrides import TorchFunctionMode
 from opscan.memory.estimate import curve, without_indices
 from opscan.memory.tracker import track_step
 from opscan.trace import fake, step
-from opscan.trace.fast_fake import MetaCache
+from opscan.trace.call_cache import MetaCache
 from opscan.trace.lens import BRANCHES, _grad_needed
 
 log = logging.getLogger("opscan")

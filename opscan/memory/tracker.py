@@ -43,7 +43,7 @@ class StorageTracker(TorchDispatchMode):
     def __init__(self, clock: Callable[[], int] | None = None, ignore_device: str | None = "meta",
                  describe: bool = False, cache=None):
         super().__init__()
-        self.cache = cache  # a trace.fast_fake.CallCache serving repeated calls (the sizing runs' meta tensors)
+        self.cache = cache  # a trace.call_cache.CallCache serving repeated calls (the sizing runs' meta tensors)
         self.calls = 0
         self.live = 0  # bytes alive now
         self.peak = 0  # most bytes alive since the last reset_peak()
