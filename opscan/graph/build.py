@@ -148,6 +148,7 @@ class _Flow:
 
     def read(self, node: str, metas, dedupe: bool) -> None:
         seen = self.seen.setdefault(node, set())
+        args = self.g._node[node]["args"]  # (networkx's own dicts: no view object per access)
         for meta in metas:
             if meta.storage < 0 or (self.skip_meta and meta.device == "meta"):
                 continue
@@ -155,14 +156,14 @@ class _Flow:
             if source == node or (dedupe and key_of(meta) in seen):
                 continue
             seen.add(key_of(meta))
-            self.g.nodes[node]["args"].append(Arg(meta, source))
+            args.append(Arg(meta, source))
             self._edge(source, node, meta)
 
     def write(self, node: str, call) -> None:
         self.order += 1
         inputs = {t.storage for t in call.inputs}
         mutates = call.op.name.endswith("_") or call.op.overload.startswith("out") or "_out" in call.op.overload
-        attrs = self.g.nodes[node]
+        attrs = self.g._node[node]
         for meta in call.outputs:
             if meta.storage < 0:
                 continue
@@ -178,8 +179,8 @@ class _Flow:
                 attrs["writes"].append(meta.storage)
 
     def _edge(self, source: str, node: str, meta: TensorMeta) -> None:
-        if self.g.has_edge(source, node):
-            data = self.g.edges[source, node]
+        data = self.g._succ[source].get(node)
+        if data is not None:
             if key_of(meta) not in data["keys"]:
                 data["keys"].add(key_of(meta))
                 data["bytes"] += meta.nbytes
@@ -189,12 +190,13 @@ class _Flow:
 
     def _source(self, meta: TensorMeta) -> str:
         node = f"s{meta.storage}"
-        if node not in self.g:
+        data = self.g._node.get(node)
+        if data is None:
             self.g.add_node(node, kind="source", storage=meta.storage, dtype=meta.dtype,
                             shape="x".join(map(str, meta.shape)), bytes=meta.nbytes, role="input", module="",
                             phase="", op="")
-        elif meta.nbytes > self.g.nodes[node]["bytes"]:
-            self.g.nodes[node]["bytes"] = meta.nbytes
+        elif meta.nbytes > data["bytes"]:
+            data["bytes"] = meta.nbytes
         self.writer.setdefault(meta.storage, (0, node))
         return node
 
@@ -206,14 +208,15 @@ class _Flow:
                 data["bytes_in"] = sum(a.meta.nbytes for a in data["args"])
         written_by_optimizer = {s for n, d in g.nodes(data=True) if d["kind"] == "call"
                                 and d["phase"] == "optimizer" for s in d["writes"]}
+        nodes = g._node
         for node, data in g.nodes(data=True):
             if data["kind"] == "source":
-                first = min(g.successors(node), key=lambda n: g.nodes[n]["pos"], default=None)
-                first_data = g.nodes[first] if first is not None else {"module": "", "phase": "", "op": ""}
+                first = min(g._succ[node], key=lambda n: nodes[n]["pos"], default=None)
+                first_data = nodes[first] if first is not None else {"module": "", "phase": "", "op": ""}
                 data["module"], data["phase"] = first_data["module"], first_data["phase"]
                 data["role"] = _role(data, first_data["op"], written_by_optimizer)
         for u, v, data in g.edges(data=True):
-            data["kind"] = edge_kind(g.nodes[u], g.nodes[v])
+            data["kind"] = edge_kind(nodes[u], nodes[v])
 
 
 def _role(source: dict, first_op: str, written_by_optimizer: set) -> str:
