@@ -101,10 +101,10 @@ def prepare(options: ScanOptions) -> Prepared:
 def scan(options: ScanOptions, session=None, prepared: Prepared | None = None) -> Report:
     """Run the whole predicted scan of one target and return its Report (`prepared`: reuse a trace that
     prepare(options) already made, as `opscan bundle` does after planning its probes)."""
-    from opscan.trace.collector import spared
+    from opscan.trace import collector
 
     prepared = prepared or prepare(options)
-    with spared():  # the trace, the model and the imports outlive every later stage (trace/collector.py)
+    with collector.spared():  # the trace, the model and the imports outlive every later stage (trace/collector.py)
         return _report(options, session, prepared)
 
 

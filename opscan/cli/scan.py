@@ -129,9 +129,9 @@ def _run(args: argparse.Namespace) -> int:
         check_writable(Path(args.output_dir))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     log.info("tracing %s …", args.target)
-    from opscan.trace.collector import spared
+    from opscan.trace import collector
 
-    with spared():  # the report's objects outlive the writing too (trace/collector.py)
+    with collector.spared():  # the report's objects outlive the writing too (trace/collector.py)
         report = _scan(args)
         out_dir = Path(args.output_dir or Path("reports") / safe_name(report.model_name))
         check_writable(out_dir)

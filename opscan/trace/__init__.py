@@ -15,9 +15,8 @@ import torch
 
 from opscan.opkey import OpKey
 from opscan.target.load import Target
-from opscan.trace import fake, fxnodes, step
+from opscan.trace import collector, fake, fxnodes, step
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker
-from opscan.trace.collector import spared
 from opscan.trace.lens import MpsLens
 from opscan.trace.recorder import CallRecorder
 from opscan.trace.records import FxInfo, OpCall, TensorMeta, Trace
@@ -52,7 +51,7 @@ def trace_step(target: Target, options: TraceOptions = TraceOptions(), *,
     storage tracker (opscan.memory.tracker.track_step) that the recorder hands every call it passes on,
     as a dispatch mode below it would see them; `clock()` is the index of the call being recorded.
     """
-    with spared(), fake.entered(target.fake):  # the imports and the model outlive the trace
+    with collector.spared(), fake.entered(target.fake):  # the imports and the model outlive the trace
         return _trace(target, options, has_mps_kernel, expand, memory)
 
 
