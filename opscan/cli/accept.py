@@ -20,7 +20,7 @@ from pathlib import Path
 from opscan.cli.common import check_writable, emit, quiet_torch_logs, run_guarded, safe_name
 from opscan.cli.files import check_owner, write_files
 from opscan.cli.options import DEFAULT_STEP_TIMEOUT, count, env_flag, seconds, seed
-from opscan.cli.scan import output_folder, prepare_args
+from opscan.cli.scan import from_start, output_folder, prepare_args
 from opscan.errors import UsageError
 
 log = logging.getLogger("opscan")
@@ -98,9 +98,10 @@ def _run(args: argparse.Namespace, captured: io.StringIO) -> int:
 
     log.info("accept %s: %d iterations on %s (%s) and on %s (float32) …", options.target,
              options.spec.iterations, options.device, options.dtype, options.reference)
-    reports = Path(args.cwd) / "reports"
-    result = accept(options, default_report=lambda name: str(reports / safe_name(name) / "report.json"))
-    out_dir = output_folder(args, result.model_name) / "accept" if not args.output_dir else Path(args.output_dir)
+    result = accept(options, default_report=lambda name: str(from_start(args, Path("reports") / safe_name(name) /
+                                                                         "report.json")))
+    out_dir = output_folder(args, result.model_name) / "accept" if not args.output_dir else \
+        from_start(args, Path(args.output_dir))
     check_writable(out_dir)
     if result.target_failure:
         log.warning("target run stopped: %s", result.target_failure)
@@ -140,7 +141,7 @@ def _perturb(text: str | None) -> tuple[str, float] | None:
     except ValueError:
         value = math.nan
     if not math.isfinite(value):
-        raise UsageError(f"--perturb {text}: {eps!r} is not a finite number — write NAME or NAME=EPS, "
+        raise UsageError(f"--perturb {text}: {eps!r} is not a number (a finite one) — write NAME or NAME=EPS, "
                          "e.g. fc.weight=1e-3") from None
     return name, value
 

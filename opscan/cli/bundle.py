@@ -16,7 +16,7 @@ from opscan.cli.common import configure_logging, emit, quiet_torch_logs, run_gua
 from opscan.cli.files import prepare_folder, write_files
 from opscan.cli.options import seconds
 from opscan.cli.scan import build_parser as scan_parser
-from opscan.cli.scan import prepare_args, scan_options
+from opscan.cli.scan import from_start, prepare_args, scan_options
 from opscan.errors import ExitCode, UsageError
 
 log = logging.getLogger("opscan")
@@ -93,7 +93,7 @@ def _bundle(args) -> int:
         check_new(Path(args.output_dir))  # before tracing
     prepared = prepare(options)
     name = prepared.target.name
-    folder = Path(args.output_dir or Path(args.cwd) / "bundles" / safe_name(name))
+    folder = from_start(args, Path(args.output_dir or Path("bundles") / safe_name(name)))
     check_new(folder)
     log.info("planning the probes for %s …", device)
     probe_plan = plan(prepared.trace, prepared.view, device, max_elements)

@@ -157,24 +157,25 @@ def held_by(folder: Path) -> dict | None:
 
 
 def _report_identity(report: dict) -> dict:
-    return {"target": report["model"], "resolved": None, "args": None}
+    return {"target": report["model"], "resolved": None}
 
 
-def identity(spec: str, args: dict) -> dict:
-    """What a folder's results belong to: the TARGET (a file part made absolute) and its factory arguments."""
+def identity(spec: str) -> dict:
+    """What a folder's results belong to: the TARGET as given and with its file part made absolute (its factory
+    arguments may differ: a rerun with other --arg values is the same target)."""
     location, sep, func = spec.rpartition(":")
     resolved = spec
     if sep and (location.endswith(".py") or os.sep in location):
         resolved = f"{os.path.abspath(location)}:{func}"
-    return {"target": spec, "resolved": resolved, "args": {k: repr(v) for k, v in sorted(args.items())}}
+    return {"target": spec, "resolved": resolved}
 
 
 def same_target(held: dict, mine: dict) -> bool:
-    """The same TARGET and arguments (an earlier report.json names only the target, maybe relatively)."""
+    """The same TARGET (an earlier report.json names it as it was typed, maybe relative to another folder)."""
     if held.get("resolved") is None:
         old = str(held.get("target"))
         return mine["resolved"] == old or mine["resolved"].endswith(os.sep + old) or mine["target"] == old
-    return held.get("resolved") == mine["resolved"] and held.get("args") == mine["args"]
+    return held.get("resolved") == mine["resolved"]
 
 
 def _is_row(row, verdicts: set[str]) -> bool:

@@ -65,8 +65,7 @@ def _merge(args) -> int:
     log.info("results intact: %d outcomes from %s (the digest proves the file was not damaged or edited without "
              "recomputing it; it does not prove who wrote it); tracing %s again …", len(results.outcomes),
              (results.environments.get("off") or {}).get("platform", "?"), args.target or bundle.manifest["target"])
-    spec = args.target or bundle.manifest["target"]
-    args.identity = identity(spec, _bundle_args(bundle.manifest))
+    args.identity = identity(args.target or bundle.manifest["target"])
     if args.output_dir:
         check_owner(Path(args.output_dir), args.identity)
     report = merged_report(bundle, results, args.target)
@@ -78,13 +77,3 @@ def _merge(args) -> int:
     emit(render(report, args))
     return exit_code(report, args.fail_on)
 
-
-def _bundle_args(manifest: dict) -> dict:
-    """The factory arguments the bundle's scan options stored (as literal reprs)."""
-    import ast
-
-    stored = (manifest.get("scan") or {}).get("args") or {}
-    try:
-        return {key: ast.literal_eval(text) for key, text in stored.items()}
-    except (ValueError, SyntaxError, AttributeError):
-        return {}

@@ -17,7 +17,7 @@ from opscan.cli.files import check_owner, claim, identity
 from opscan.cli.options import DEFAULT_STEP_TIMEOUT, apply_environment, count, env_flag, seconds
 
 log = logging.getLogger("opscan")
-PATH_FLAGS = ("output_dir", "baseline", "results", "bundle", "report", "spec")  # made absolute before user code
+PATH_FLAGS = ("baseline", "results", "bundle", "report", "spec")  # made absolute before the target's code runs
 
 EPILOG = """\
 exit codes: 0 nothing at or above --fail-on (default: findings never fail) · 1 findings at or above
@@ -157,24 +157,27 @@ def prepare_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> a
     for name in PATH_FLAGS:
         if getattr(args, name, None):
             setattr(args, name, os.path.abspath(getattr(args, name)))
-    if isinstance(getattr(args, "arg", None), list):
-        args.identity = target_identity(args)
+    if isinstance(getattr(args, "target", None), str):
+        args.identity = identity(args.target)
     tell_supervisor(getattr(args, "step_timeout", None), getattr(args, "verbose", 0))
     return args
 
 
-def target_identity(args) -> dict:
-    """What the output folder's results belong to: TARGET and its factory arguments."""
-    from opscan.target.inputs import parse_arg
-
-    return identity(args.target, dict(parse_arg(a) for a in args.arg))
-
-
 def output_folder(args, model_name: str, default: str = "reports") -> Path:
-    """-o, else <where opscan was started>/reports/<model>; claimed for this target (another's is refused)."""
-    folder = Path(args.output_dir or Path(args.cwd) / default / safe_name(model_name))
+    """-o, else reports/<model>, where opscan was started; claimed for this target (another's is refused)."""
+    folder = from_start(args, Path(args.output_dir or Path(default) / safe_name(model_name)))
     claim(folder, args.identity)
     return folder
+
+
+def from_start(args, path: Path) -> Path:
+    """A relative path of the command line, as meant where opscan started: unchanged while the current directory
+    is that one (messages keep the user's spelling), joined to it once the target's code changed directory."""
+    try:
+        here = os.getcwd()
+    except OSError:  # the target removed the directory it moved into
+        here = None
+    return path if path.is_absolute() or here == args.cwd else Path(args.cwd) / path
 
 
 def _baseline(path: str | None):
