@@ -50,6 +50,8 @@ def main() -> None:
     faulthandler.enable(file=dump_file, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=dump_file, all_threads=True, chain=False)
     _report_os_exit(channel)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the supervisor forwards interrupts on purpose, even
+    # when opscan itself was started with SIGINT ignored (a background job of a script)
     if stdout_closed:
         sys.stdout = None  # the artefact has nowhere to go: emit() says so (exit 2)
     from opscan.cli.dispatch import run

@@ -25,6 +25,7 @@ VERDICT_NAMES = ("native", "unknown", "cpu_fallback", "unsupported", "unsupporte
                  "error", "crash", "timeout")
 FORMAT_NAMES = ("table", "json", "yaml", "html", "junit")
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+_RESTORE: list = []  # (logger, level) quiet_torch_logs changed
 _ARTEFACT: list = []  # the real stdout while the command's own stdout goes to stderr (None: stdout is closed)
 
 
@@ -38,6 +39,9 @@ def run_guarded(body, verbose: int = 0) -> int:
             return _mapped(body, verbose)
     finally:
         remove_created()  # folders made for a run that wrote nothing into them
+        while _RESTORE:  # torch's log level, for a caller that runs more in this process
+            logger, level = _RESTORE.pop()
+            logger.setLevel(level)
 
 
 def tell_supervisor(step_timeout: float | None, verbose: int) -> None:
@@ -55,8 +59,9 @@ def _mapped(body, verbose: int) -> int:
 
         error = exit_error(exc, current())
         return _user_error(str(error), error.user_traceback if verbose else None)
-    except KeyboardInterrupt:
-        print("opscan: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        stage = exc.__dict__.get("opscan_stage")
+        print(f"opscan: error: interrupted{f' while {stage}' if stage else ''}", file=sys.stderr)
         return ExitCode.USAGE
     except OSError as exc:
         if exc.errno not in NO_SPACE:
@@ -214,7 +219,9 @@ def quiet_torch_logs(verbose: int) -> None:
         return
     import torch  # noqa: F401 - its logging is set up on import; the level below must come after
 
-    logging.getLogger("torch").setLevel(logging.CRITICAL + 1)
+    torch_log = logging.getLogger("torch")
+    _RESTORE.append((torch_log, torch_log.level))
+    torch_log.setLevel(logging.CRITICAL + 1)
 
 
 def _width(stream) -> int:

@@ -103,10 +103,17 @@ def prepare_folder(folder: Path) -> Path:
 def remove_created() -> None:
     """Remove the folders this run created and left empty (an interrupted or failed run), deepest first."""
     while CREATED:
-        try:
-            CREATED.pop().rmdir()
-        except OSError:
-            pass
+        remove_if_empty(CREATED.pop())
+
+
+def remove_if_empty(folder) -> None:
+    """rmdir `folder` when nothing but this target's marker is in it (the marker goes too)."""
+    try:
+        if [p.name for p in Path(folder).iterdir()] == [MARKER]:
+            (Path(folder) / MARKER).unlink()
+        Path(folder).rmdir()
+    except OSError:
+        pass  # not empty, or gone: leave it
 
 
 def check_owner(folder: Path, mine: dict) -> None:

@@ -62,8 +62,8 @@ def _merge(args) -> int:
         raise UsageError(f"no bundle above {path} — pass --bundle DIR (the folder `opscan bundle -o` wrote)")
     bundle = load_bundle(folder)
     results = results_file.load(path, bundle.hash, bundle.probes, bundle.on_pass)
-    log.info("results intact: %d outcomes from %s (the digest proves the file was not damaged or edited without "
-             "recomputing it; it does not prove who wrote it); tracing %s again …", len(results.outcomes),
+    log.info("results intact: %d outcomes from %s — the sha256 digest rules out corruption and careless edits, not a "
+             "deliberate forgery (anyone can recompute it); tracing %s again …", len(results.outcomes),
              (results.environments.get("off") or {}).get("platform", "?"), args.target or bundle.manifest["target"])
     args.identity = identity(args.target or bundle.manifest["target"])
     if args.output_dir:

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 
 from opscan.cli.child import BOOT, ENV, PATH_ENV
+from opscan.cli.files import remove_if_empty
 from opscan.errors import ExitCode
 
 GRACE = 10.0  # seconds a signalled child gets to end by itself before SIGKILL
@@ -288,10 +289,7 @@ def _kill_group(pid: int) -> None:
 def _remove_empty(dirs: list[str]) -> None:
     """Output folders the child created and left empty (killed before writing) are removed, deepest first."""
     for path in sorted(dirs, key=len, reverse=True):
-        try:
-            os.rmdir(path)
-        except OSError:
-            pass  # not empty, or gone: leave it
+        remove_if_empty(path)
 
 
 def _high(fd: int) -> int:

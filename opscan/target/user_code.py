@@ -60,6 +60,9 @@ def running(what: str):
         yield
     except SystemExit as exc:
         raise exit_error(exc, what) from None
+    except KeyboardInterrupt as exc:
+        exc.__dict__.setdefault("opscan_stage", what)  # the innermost stage: for "interrupted while ..."
+        raise
     finally:
         _stack.pop()
         _tell()
