@@ -101,12 +101,18 @@ def artefact_stdout():
     finally:
         _ARTEFACT.pop()
         _flush(sys.stdout, stream)
-        if saved is not None:
-            os.dup2(saved, 1)
-            os.close(saved)
-        if stream is not None and stream is not real:
-            _close(stream)
-        sys.stdout = real
+        if not SUPERVISOR:  # supervised, the child ends now: the target's threads keep only stderr to print to
+            _restore(real, saved, stream)
+
+
+def _restore(real, saved: int | None, stream) -> None:
+    """stdout as it was before artefact_stdout."""
+    if saved is not None:
+        os.dup2(saved, 1)
+        os.close(saved)
+    if stream is not None and stream is not real:
+        _close(stream)
+    sys.stdout = real
 
 
 def _artefact_stream(real, saved: int | None):

@@ -57,7 +57,7 @@ def output_error(exc: OSError, path) -> OutputError:
 
 def _write_temporary(path: Path, content: str | bytes, executable: bool) -> Path:
     """`content` written and synced under a temporary name beside `path` (removed again on failure)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(path.parent)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.opscan-tmp")
     data = content.encode("utf-8") if isinstance(content, str) else content
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
@@ -83,14 +83,19 @@ def _unlink(path: Path) -> None:
         pass
 
 
+def make_folders(folder: Path) -> None:
+    """mkdir -p, recording each folder made (a run that ends without writing into them removes them again)."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    folder.mkdir(parents=True, exist_ok=True)
+    for made in reversed(missing):
+        CREATED.append(made)
+        SUPERVISOR.get("created", lambda _p: None)(str(made))
+
+
 def prepare_folder(folder: Path) -> Path:
     """Create `folder` (recording the folders made) and check that files can be written there."""
-    missing = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        for made in reversed(missing):
-            CREATED.append(made)
-            SUPERVISOR.get("created", lambda _p: None)(str(made))
+        make_folders(folder)
         probe = folder / f".opscan-write-test.{os.getpid()}"
         probe.write_text("")
         probe.unlink()

@@ -130,7 +130,8 @@ def _start(argv: list[str], ctl: int, lifeline: int, dump: int) -> subprocess.Po
     """The child: this interpreter, this sys.path, a session of its own, stdin from /dev/null."""
     closed = not _is_open(1)
     env = {**os.environ, ENV: f"{ctl},{lifeline},{dump},{int(closed)}", PATH_ENV: json.dumps(sys.path)}
-    return subprocess.Popen([sys.executable, "-c", BOOT, *argv], env=env, pass_fds=(ctl, lifeline, dump),
+    flags = subprocess._args_from_interpreter_flags()  # -X, -W, -I ... as this interpreter was started
+    return subprocess.Popen([sys.executable, *flags, "-c", BOOT, *argv], env=env, pass_fds=(ctl, lifeline, dump),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL if closed else None,
                             stderr=None if _is_open(2) else subprocess.DEVNULL, start_new_session=True)
 
@@ -280,6 +281,7 @@ def _signal_name(number: int) -> str:
 
 
 def _kill_group(pid: int) -> None:
+    """SIGKILL the child's process group (the child, and what the target started that did not leave it)."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

@@ -85,6 +85,7 @@ class Journal:
     def __init__(self, path: Path, fingerprint: str, device: str, probes: int, resume: bool):
         self.path = Path(path)
         self.done, self.environments = {}, {}
+        self._failed = False
         if resume and self.path.is_file() and self.path.stat().st_size:
             self.done, self.environments, size = read(self.path, fingerprint)
             with open(self.path, "r+b") as f:
@@ -101,8 +102,12 @@ class Journal:
             self._file.flush()
             os.fsync(self._file.fileno())
         except OSError as exc:
-            raise JournalError(f"cannot write the journal {self.path}: {exc.strerror or exc} — free some space, then "
-                               "rerun with --resume (the finished probes are kept)") from None
+            self._failed = True
+            raise self._error(exc) from None
+
+    def _error(self, exc: OSError) -> JournalError:
+        return JournalError(f"cannot write the journal {self.path}: {exc.strerror or exc} — free some space, then "
+                            "rerun with --resume (the finished probes are kept)")
 
     def outcome(self, outcome: PassOutcome) -> None:
         """Record one finished pass of one probe."""
@@ -113,5 +118,9 @@ class Journal:
         self._write({"kind": "environment", "pass": pass_name, "environment": record})
 
     def close(self) -> None:
-        """Close the file."""
-        self._file.close()
+        """Close the file (after a failed write, the line it could not write is dropped with it)."""
+        try:
+            self._file.close()
+        except OSError as exc:
+            if not self._failed:
+                raise self._error(exc) from None

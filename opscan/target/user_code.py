@@ -56,6 +56,7 @@ def running(what: str):
     """Run the target's code as stage `what` ("calling build_model()", "tracing the training step of X")."""
     _stack.append(what)
     _tell()
+    pid = os.getpid()
     try:
         yield
     except SystemExit as exc:
@@ -65,6 +66,8 @@ def running(what: str):
         raise
     finally:
         _stack.pop()
+        if os.getpid() != pid:  # a process the target forked came back into opscan: it must not scan twice
+            os._exit(0)
         _tell()
 
 
