@@ -19,7 +19,7 @@ from pathlib import Path
 
 from opscan.cli.common import check_writable, emit, quiet_torch_logs, run_guarded, safe_name
 from opscan.cli.files import check_owner, write_files
-from opscan.cli.options import DEFAULT_STEP_TIMEOUT, count, env_flag, seconds, seed
+from opscan.cli.options import DEFAULT_STEP_TIMEOUT, Parser, count, env_flag, seconds, seed
 from opscan.cli.scan import from_start, output_folder, prepare_args
 from opscan.errors import UsageError
 
@@ -39,7 +39,7 @@ exit codes: 0 accepted · 1 findings (beyond tolerance, round trip failed, or la
 
 def build_parser() -> argparse.ArgumentParser:
     """The `opscan accept` parser."""
-    p = argparse.ArgumentParser(prog="opscan accept", epilog=EPILOG,
+    p = Parser(prog="opscan accept", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Acceptance run: the real model's real path on a device, against a "
                                             "reference, with a package a second person can rerun.")

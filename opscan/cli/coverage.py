@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from opscan.cli.options import apply_environment, env_flag
+from opscan.cli.options import Parser, apply_environment, env_flag
 from opscan.errors import ExitCode
 
 EPILOG = """\
@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The `opscan coverage` parser."""
     from opscan.predict.coverage import KERNELS
 
-    p = argparse.ArgumentParser(prog="opscan coverage", epilog=EPILOG,
+    p = Parser(prog="opscan coverage", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Every aten overload of a torch release and what it does on MPS.")
     env_flag(p, "--torch-version", env="OPSCAN_TORCH_VERSION", metavar="X",

@@ -16,7 +16,7 @@ from pathlib import Path
 from opscan.cli.bundle import guarded
 from opscan.cli.common import VERDICT_NAMES, emit, exit_code, render, write_reports
 from opscan.cli.files import check_owner, identity
-from opscan.cli.options import DEFAULT_STEP_TIMEOUT, seconds
+from opscan.cli.options import DEFAULT_STEP_TIMEOUT, Parser, seconds
 from opscan.cli.scan import output_folder
 from opscan.errors import UsageError
 
@@ -24,7 +24,7 @@ log = logging.getLogger("opscan")
 
 def build_parser() -> argparse.ArgumentParser:
     """The `opscan merge` parser."""
-    p = argparse.ArgumentParser(prog="opscan merge", description="Fold a bundle's results/results.jsonl (from "
+    p = Parser(prog="opscan merge", description="Fold a bundle's results/results.jsonl (from "
                                 "the Mac) into the report a direct measured scan makes; the target must import "
                                 "here, with the torch and opscan that made the bundle.")
     p.add_argument("results", metavar="RESULTS", help="results/results.jsonl as run.sh wrote it")

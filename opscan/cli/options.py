@@ -12,10 +12,20 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 
 from opscan.errors import UsageError
 
 DEFAULT_STEP_TIMEOUT = 600.0  # seconds a stage of the target's code may run (import, factory, the traced step)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with opscan's error line: `opscan: error: <what> — <how to fix it>` (after the usage), exit 2."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        fix = "" if " — " in message else f" — see {self.prog} --help"
+        self.exit(2, f"opscan: error: {message}{fix}\n")
 
 
 def env_flag(parser, *flags: str, env: str, default=None, **kwargs) -> argparse.Action:
@@ -41,7 +51,7 @@ def _read(action: argparse.Action, env: str, text: str):
     try:
         value = action.type(text) if action.type else text
     except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
-        why = str(exc) if isinstance(exc, argparse.ArgumentTypeError) else f"not a valid {flag} value"
+        why = str(exc).split(" — ")[0] if isinstance(exc, argparse.ArgumentTypeError) else f"not a valid {flag} value"
         raise UsageError(f"{env}={text!r}: {why} — fix or unset {env}, or pass {flag}") from None
     if action.choices is not None and value not in action.choices:
         raise UsageError(f"{env}={text!r} is not one of {', '.join(map(str, action.choices))} (the values of {flag}) "
@@ -57,7 +67,7 @@ def count(minimum: int = 1):
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
         if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} is less than {minimum}: pass {minimum} or more")
+            raise argparse.ArgumentTypeError(f"{value} is less than {minimum} — pass {minimum} or more")
         return value
     parse.__name__ = "count"
     return parse
@@ -70,7 +80,7 @@ def seconds(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a limit: pass a number of seconds above zero")
+        raise argparse.ArgumentTypeError(f"{text} is not a limit — pass a number of seconds above zero")
     return value
 
 
@@ -81,5 +91,5 @@ def seed(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if not -(1 << 63) <= value < 1 << 64:
-        raise argparse.ArgumentTypeError(f"{value} is out of range for a seed: pass -2**63 ... 2**64 - 1")
+        raise argparse.ArgumentTypeError(f"{value} is out of range for a seed — pass -2**63 ... 2**64 - 1")
     return value

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from opscan.cli.common import emit, run_guarded, write_files
-from opscan.cli.options import seconds
+from opscan.cli.options import Parser, seconds
 from opscan.errors import ExitCode
 
 EPILOG = """\
@@ -33,7 +33,7 @@ the same failure persists, and reports the smallest failing shapes and the next 
 
 def build_parser() -> argparse.ArgumentParser:
     """The `opscan repro` parser."""
-    p = argparse.ArgumentParser(prog="opscan repro", epilog=EPILOG,
+    p = Parser(prog="opscan repro", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Standalone repro scripts and an ISSUE.md for one op of a scan's report.")
     p.add_argument("report", metavar="REPORT.json", help="a report.json written by a scan with --repro")

@@ -14,7 +14,7 @@ from opscan import __version__
 from opscan.cli.common import (FORMAT_NAMES, VERDICT_NAMES, check_writable, configure_logging, emit, exit_code,
                                quiet_torch_logs, render, run_guarded, safe_name, tell_supervisor, write_reports)
 from opscan.cli.files import check_owner, claim, identity
-from opscan.cli.options import DEFAULT_STEP_TIMEOUT, apply_environment, count, env_flag, seconds
+from opscan.cli.options import DEFAULT_STEP_TIMEOUT, Parser, apply_environment, count, env_flag, seconds
 
 log = logging.getLogger("opscan")
 PATH_FLAGS = ("baseline", "results", "bundle", "report", "spec")  # made absolute before the target's code runs
@@ -38,7 +38,7 @@ train_step(model, optimizer, inputs), loss_fn(outputs, inputs) and build_optimiz
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also the source of --help)."""
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="opscan", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Does this model's whole training step run on Apple Silicon (MPS)? "
                     "Traces forward, loss, backward and optimizer step and predicts each aten op's verdict.",
