@@ -2,7 +2,9 @@
 
 How the batch is varied: the batch is the leading dimension of the input tensors (the most common
 one when they differ); every input tensor whose leading dimension equals it is made `k` times longer,
-the others are kept. The step then runs at `k` = 2 and 3 on **meta** tensors (no data, no memory;
+the others are kept. When an argument is a list of tensors of one rank (a torchvision detector's C x H x W
+images), the batch is the list's length instead, and every list of that length among the arguments is made
+`k` times longer (the images' own dimensions are kept). The step then runs at `k` = 2 and 3 on **meta** tensors (no data, no memory;
 about 3 s for a 7B step on two cores), else — when the step needs tensor values (`.item()`, masks) —
 on fake tensors, with the attention branch MPS takes (lens.py) and the storage tracker only. Two runs
 give every allocation event a line `bytes = c + s * batch` (the runs must make the same allocations
