@@ -9,6 +9,7 @@ partial file is left in the folders given, and that no process carrying the tag 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -148,3 +149,44 @@ def _tagged(tag: str) -> list[str]:
 def files_in(folder: Path) -> dict[str, bytes]:
     """Every file under folder (relative path -> content): to prove nothing was deleted or changed."""
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def run_all(cases: dict[str, dict], root: Path) -> dict[str, tuple[Run, Path]]:
+    """Run independent cases at once (as many as there are cores, at least two): name -> (Run, its folder).
+    A case is {"argv": [...], "env": {...}, "cwd": bool, "setup": callable(folder), "preexec": callable,
+    "stdout": "full" | "closed" | "broken"}; "{dir}" in an argument or an environment value is the case's own
+    folder. What each case checks does not depend on the others."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as pool:
+        futures = {name: pool.submit(_one, name, case, root) for name, case in cases.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def _one(name: str, case: dict, root: Path) -> tuple[Run, Path]:
+    folder = root / name
+    folder.mkdir()
+    if case.get("setup"):
+        case["setup"](folder)
+    argv = [a.replace("{dir}", str(folder)) for a in case["argv"]]
+    env = {k: v.replace("{dir}", str(folder)) for k, v in case.get("env", {}).items()}
+    cwd = folder if case.get("cwd") else REPO
+    with _stdout(case.get("stdout")) as stdout:
+        return opscan(*argv, env=env, cwd=cwd, stdout=stdout, preexec=case.get("preexec")), folder
+
+
+@contextlib.contextmanager
+def _stdout(kind: str | None):
+    """stdout for a case: a pipe read here (None), /dev/full, or a pipe whose reader is already gone."""
+    if kind is None:
+        yield subprocess.PIPE
+    elif kind == "full":
+        with open("/dev/full", "wb") as full:
+            yield full
+    elif kind == "closed":  # with preexec closing descriptor 1 in the child
+        yield subprocess.DEVNULL
+    else:
+        read, write = os.pipe()
+        os.close(read)
+        with open(write, "wb") as broken:
+            yield broken

@@ -1,148 +1,190 @@
 """Careless environments, the files: a full disk or a file-size limit, a full or closed stdout, a damaged journal
 and an output folder that holds another target's results — through `python -m opscan`, every promise checked
-(helpers_hostile.check). A file is written whole or not at all: a temporary name, then a rename.
+(helpers_hostile.check). A file is written whole or not at all: a temporary name, then a rename. The runs are
+independent: they start together (helpers_hostile.run_all), after one measured run whose folder some of them
+start from.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import resource
 import shutil
-import subprocess
 
 import pytest
 
 from conftest import TARGETS
-from helpers_hostile import TINY, check, files_in, opscan, target
+from helpers_hostile import TINY, check, files_in, opscan, run_all, target
 
-FAST = ("--no-memory", "--no-fx")
-SIZE_LIMIT = 20_000  # bytes: report.json of tiny (~34 KB) and graph.graphml (~54 KB) pass it, the marker does not
-
-
-def _file_size_limit():
-    """preexec: no file of this process may grow past SIZE_LIMIT bytes (writes then fail with EFBIG)."""
-    resource.setrlimit(resource.RLIMIT_FSIZE, (SIZE_LIMIT, SIZE_LIMIT))
+FAST = ["--no-memory", "--no-fx"]
+SIZE_LIMIT = 20_000  # bytes: less than tiny's report.json (~34 KB) and graph.graphml (~54 KB)
+PROBE = ["--probe", "--device", "cpu", "--workers", "1"]
 
 
-# --- item 6: writes ----------------------------------------------------------------------------------------
-
-
-def test_a_file_size_limit_is_exit_2_naming_the_file_and_leaves_nothing_partial(tmp_path):
-    out = tmp_path / "out"
-    run = opscan(TINY, "-o", str(out), "-f", "json", *FAST, preexec=_file_size_limit)
-    check(run, 2, ("cannot write", "File too large", "ulimit -f"), fmt="json", folders=[out])
-    assert not out.exists()  # nothing was renamed into place, and the folder made for the run is gone
-
-
-def test_a_failed_rewrite_keeps_the_earlier_reports_whole(tmp_path):
-    out = tmp_path / "out"
-    check(opscan(TINY, "-o", str(out), *FAST), 0, folders=[out])
-    before = files_in(out)
-    run = opscan(TINY, "-o", str(out), "-f", "yaml", *FAST, preexec=_file_size_limit)
-    check(run, 2, "File too large", fmt="yaml", folders=[out])
-    assert files_in(out) == before  # the earlier run's files, byte for byte
-
-
-def test_a_file_size_limit_on_the_probe_journal_is_exit_2(tmp_path):
-    out = tmp_path / "out"
-    run = opscan(TINY, "-o", str(out), "--probe", "--device", "cpu", "--workers", "1", *FAST,
-                 preexec=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4000, 4000)))
-    check(run, 2, ("cannot write the journal", "probes.jsonl", "--resume"), folders=[out])
-
-
-def test_a_bundle_under_a_file_size_limit_leaves_no_partial_bundle(tmp_path):
-    run = opscan("bundle", TINY, "--device", "cpu", "-o", str(tmp_path / "b"), "--no-fx",
-                 preexec=_file_size_limit)
-    check(run, 2, ("cannot write", "File too large"))
-    assert not (tmp_path / "b").exists() and not (tmp_path / "b.zip").exists()
-
-
-def test_stdout_on_a_full_device_is_exit_2(tmp_path):
-    with open("/dev/full", "wb") as full:
-        run = opscan(TINY, "-o", str(tmp_path), "-f", "json", *FAST, stdout=full)
-    check(run, 2, ("cannot write the output to stdout", "No space left on device"), folders=[tmp_path])
-
-
-def test_a_closed_stdout_is_exit_2(tmp_path):
-    run = opscan(TINY, "-o", str(tmp_path), "-f", "json", *FAST, stdout=subprocess.DEVNULL,
-                 preexec=lambda: __import__("os").close(1))
-    check(run, 2, "stdout is closed", folders=[tmp_path])
-    assert json.loads((tmp_path / "report.json").read_text())["model"] == TINY  # the files are written all the same
-
-
-def test_a_reader_that_stops_early_is_not_an_error_for_bundle(tmp_path):
-    # `opscan bundle ... | true`: the paths it prints meet a closed pipe (print() used to raise: exit 3)
-    read, write = __import__("os").pipe()
-    __import__("os").close(read)
-    with open(write, "wb") as pipe:
-        run = opscan("bundle", TINY, "--device", "cpu", "-o", str(tmp_path / "b"), "--no-fx", stdout=pipe)
-    check(run, 0, "wrote the bundle", folders=[tmp_path / "b"])
-
-
-# --- item 8: a damaged journal ------------------------------------------------------------------------------
+def _file_size_limit(limit: int = SIZE_LIMIT):
+    """preexec: no file of this process may grow past `limit` bytes (writes then fail with EFBIG)."""
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     """A measured run of tiny on the CPU: its folder, with report.json and probes.jsonl."""
     out = tmp_path_factory.mktemp("measured") / "out"
-    check(opscan(TINY, "-o", str(out), "--probe", "--device", "cpu", "--workers", "1", *FAST), 0, folders=[out])
+    check(opscan(TINY, "-o", str(out), *PROBE, *FAST), 0, folders=[out])
     return out
 
 
-@pytest.mark.parametrize("damage, why", [
-    (lambda lines: lines[:4] + [b"\xff\xfe\x00 binary"] + lines[5:], "damaged at line 5 (UnicodeDecodeError)"),
-    (lambda lines: lines[:6] + [b'{"kind": "outcome", "probe": '] + lines[7:], "damaged at line 7 (JSONDecodeError)"),
-    (lambda lines: lines[:3] + [b"[1, 2]"] + lines[4:], "damaged at line 4 (not a JSON object)"),
-    (lambda lines: lines[:8] + [b'{"kind": "outcome", "probe": 5}'] + lines[9:], "damaged at line 9 (not an outcome"),
+def _damaged(measured, damage):
+    """setup: a copy of the measured folder whose journal `damage` changed (lines -> lines)."""
+    def setup(folder):
+        shutil.copytree(measured, folder / "out")
+        journal = folder / "out" / "probes.jsonl"
+        journal.write_bytes(b"\n".join(damage(journal.read_bytes().split(b"\n"))))
+    return setup
+
+
+def _copy_of(measured, where: str = "out"):
+    return lambda folder: shutil.copytree(measured, folder / where)
+
+
+def _same_model_elsewhere(folder):
+    (folder / "other.py").write_text((TARGETS / "tiny.py").read_text())  # the same model (Sequential), another TARGET
+
+
+def _older_report(folder):
+    (folder / "out").mkdir()
+    (folder / "out" / "report.json").write_text(json.dumps({"model": "somewhere/else.py:build"}))
+
+
+@pytest.fixture(scope="module")
+def ran(measured, tmp_path_factory):
+    """Every case, run at once: name -> (Run, the case's folder)."""
+    cases = {
+        "size_limit": {"argv": [TINY, "-o", "{dir}/out", "-f", "json", *FAST], "preexec": _file_size_limit()},
+        "size_limit_rewrite": {"argv": [TINY, "-o", "{dir}/out", "-f", "yaml", *FAST], "preexec": _file_size_limit(),
+                               "setup": _copy_of(measured)},
+        "journal_limit": {"argv": [TINY, "-o", "{dir}/out", *PROBE, *FAST], "preexec": _file_size_limit(4000)},
+        "bundle_limit": {"argv": ["bundle", TINY, "--device", "cpu", "-o", "{dir}/b", "--no-fx"],
+                         "preexec": _file_size_limit()},
+        "stdout_full": {"argv": [TINY, "-o", "{dir}/out", "-f", "json", *FAST], "stdout": "full"},
+        "stdout_closed": {"argv": [TINY, "-o", "{dir}/out", "-f", "json", *FAST], "stdout": "closed",
+                          "preexec": lambda: os.close(1)},
+        "stdout_broken": {"argv": ["bundle", TINY, "--device", "cpu", "-o", "{dir}/b", "--no-fx"], "stdout": "broken"},
+        "journal_binary": {"argv": [TINY, "-o", "{dir}/out", *PROBE, "--resume", *FAST],
+                           "setup": _damaged(measured, lambda ls: ls[:4] + [b"\xff\xfe\x00 binary"] + ls[5:])},
+        "journal_torn": {"argv": [TINY, "-o", "{dir}/out", *PROBE, "--resume", *FAST],
+                         "setup": _damaged(measured, lambda ls: ls[:6] + [b'{"kind": "outcome", "probe": '] + ls[7:])},
+        "another_target": {"argv": [target("linear_only"), "--input", "3x4:float32", "-o", "{dir}/out", "-f", "json",
+                                    *FAST], "setup": _copy_of(measured)},
+        "same_model_name": {"argv": ["{dir}/other.py:build_model", *FAST], "cwd": True,
+                            "setup": lambda f: (_copy_of(measured, "reports/Sequential")(f), _same_model_elsewhere(f))},
+        "older_report": {"argv": [TINY, "-o", "{dir}/out", *FAST], "setup": _older_report},
+        "same_target": {"argv": [TINY, "-o", "{dir}/out", "-f", "json", *FAST], "setup": _copy_of(measured)},
+    }
+    return run_all(cases, tmp_path_factory.mktemp("files"))
+
+
+# --- item 6: writes ----------------------------------------------------------------------------------------
+
+
+def test_a_file_size_limit_is_exit_2_naming_the_file_and_leaves_nothing_partial(ran):
+    run, folder = ran["size_limit"]
+    check(run, 2, ("cannot write", "File too large", "ulimit -f"), fmt="json", folders=[folder / "out"])
+    assert not (folder / "out").exists()  # nothing was renamed into place, and the folder made for the run is gone
+
+
+def test_a_failed_rewrite_keeps_the_earlier_reports_whole(ran, measured):
+    run, folder = ran["size_limit_rewrite"]
+    check(run, 2, "File too large", fmt="yaml", folders=[folder / "out"])
+    assert files_in(folder / "out") == files_in(measured)  # the earlier run's files, byte for byte
+
+
+def test_a_file_size_limit_on_the_probe_journal_is_exit_2(ran):
+    run, folder = ran["journal_limit"]
+    check(run, 2, ("cannot write the journal", "probes.jsonl", "--resume"), folders=[folder / "out"])
+
+
+def test_a_bundle_under_a_file_size_limit_leaves_no_partial_bundle(ran):
+    run, folder = ran["bundle_limit"]
+    check(run, 2, ("cannot write", "File too large"))
+    assert not (folder / "b").exists() and not (folder / "b.zip").exists()
+
+
+def test_stdout_on_a_full_device_is_exit_2(ran):
+    run, folder = ran["stdout_full"]
+    check(run, 2, ("cannot write the output to stdout", "No space left on device"), folders=[folder / "out"])
+
+
+def test_a_closed_stdout_is_exit_2(ran):
+    run, folder = ran["stdout_closed"]
+    check(run, 2, "stdout is closed", folders=[folder / "out"])
+    assert json.loads((folder / "out" / "report.json").read_text())["model"] == TINY  # the files are written
+
+
+def test_a_reader_that_stops_early_is_not_an_error_for_bundle(ran):
+    # `opscan bundle ... | true`: the paths it prints meet a closed pipe (print() used to raise: exit 3)
+    run, folder = ran["stdout_broken"]
+    check(run, 0, "wrote the bundle", folders=[folder / "b"])
+
+
+# --- item 8: a damaged journal ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, why", [
+    ("journal_binary", "is damaged at line 5 (UnicodeDecodeError)"),
+    ("journal_torn", "is damaged at line 7 (JSONDecodeError)"),  # a torn line that is not the last one
 ])
-def test_resume_on_a_damaged_journal_is_exit_2_naming_the_line(measured, tmp_path, damage, why):
-    out = tmp_path / "out"
-    shutil.copytree(measured, out)
-    journal = out / "probes.jsonl"
-    journal.write_bytes(b"\n".join(damage(journal.read_bytes().split(b"\n"))))
-    before = files_in(out)
-    run = opscan(TINY, "-o", str(out), "--probe", "--device", "cpu", "--workers", "1", "--resume", *FAST)
-    check(run, 2, (f"the journal {journal} is {why}", "delete it or drop --resume"))
-    assert files_in(out) == before  # nothing rewritten, nothing deleted
+def test_resume_on_a_damaged_journal_is_exit_2_naming_the_line(ran, measured, name, why):
+    run, folder = ran[name]
+    journal = folder / "out" / "probes.jsonl"
+    check(run, 2, (f"the journal {journal} {why}", "delete it or drop --resume"))
+    assert files_in(folder / "out").keys() == files_in(measured).keys()  # nothing rewritten, nothing deleted
+    assert (folder / "out" / "report.json").read_bytes() == (measured / "report.json").read_bytes()
+
+
+@pytest.mark.parametrize("line, why", [
+    (b"[1, 2]", "damaged at line 3 (not a JSON object)"),
+    (b'{"kind": "outcome", "probe": 5}', "damaged at line 3 (not an outcome"),
+    (b'{"kind": "mystery"}', "damaged at line 3 (an unknown record 'mystery')"),
+])
+def test_a_journal_line_that_is_not_a_record_is_named(measured, tmp_path, line, why):
+    from opscan.probe.journal import JournalError, read
+
+    lines = (measured / "probes.jsonl").read_bytes().split(b"\n")
+    header = json.loads(lines[0])
+    path = tmp_path / "probes.jsonl"
+    path.write_bytes(b"\n".join([*lines[:2], line, *lines[3:]]))
+    with pytest.raises(JournalError, match=re.escape(why)):
+        read(path, header["fingerprint"])
+    path.write_bytes(b"\n".join(lines[:-2]) + b"\n" + lines[-2][:20])  # a torn LAST line is dropped, not refused
+    assert read(path, header["fingerprint"])[2] == len(b"\n".join(lines[:-2]) + b"\n")
 
 
 # --- item 9: an output folder that holds another target's results ---------------------------------------
 
 
-def test_a_folder_of_another_target_is_refused_and_kept(measured, tmp_path):
-    out = tmp_path / "out"
-    shutil.copytree(measured, out)
-    before = files_in(out)
-    run = opscan(target("linear_only"), "--input", "3x4:float32", "-o", str(out), "-f", "json", *FAST)
-    check(run, 2, (f"{out} holds the results of another target ({TINY})", "pass -o with another folder"),
+def test_a_folder_of_another_target_is_refused_and_kept(ran, measured):
+    run, folder = ran["another_target"]
+    check(run, 2, (f"{folder / 'out'} holds the results of another target ({TINY})", "pass -o with another folder"),
           fmt="json")
-    assert files_in(out) == before
+    assert files_in(folder / "out") == files_in(measured)
 
 
-def test_the_default_folder_of_another_target_with_the_same_model_name_is_refused(tmp_path):
-    other = tmp_path / "other.py"
-    other.write_text((TARGETS / "tiny.py").read_text())  # the same model (Sequential), another TARGET
-    check(opscan(TINY, *FAST, cwd=tmp_path), 0)
-    before = files_in(tmp_path / "reports")
-    run = opscan(f"{other}:build_model", *FAST, cwd=tmp_path)
+def test_the_default_folder_of_another_target_with_the_same_model_name_is_refused(ran, measured):
+    run, folder = ran["same_model_name"]
     check(run, 2, ("reports/Sequential holds the results of another target", TINY))
-    assert files_in(tmp_path / "reports") == before
+    assert files_in(folder / "reports" / "Sequential") == files_in(measured)
 
 
-def test_an_earlier_report_without_a_marker_still_names_its_target(tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "report.json").write_text(json.dumps({"model": "somewhere/else.py:build"}))  # an older opscan's report
-    run = opscan(TINY, "-o", str(out), *FAST)
+def test_an_earlier_report_without_a_marker_still_names_its_target(ran):
+    run, folder = ran["older_report"]  # a report.json of an opscan that wrote no .opscan-target.json
     check(run, 2, "holds the results of another target (somewhere/else.py:build)")
-    assert [p.name for p in out.iterdir()] == ["report.json"]
+    assert [p.name for p in (folder / "out").iterdir()] == ["report.json"]
 
 
-def test_the_same_targets_folder_is_reused_and_its_journal_kept(measured, tmp_path):
-    out = tmp_path / "out"
-    shutil.copytree(measured, out)
-    journal = (out / "probes.jsonl").read_bytes()
-    run = opscan(TINY, "-o", str(out), "-f", "json", *FAST)  # predicted this time: the journal stays for --resume
-    check(run, 0, fmt="json", folders=[out])
-    assert (out / "probes.jsonl").read_bytes() == journal
+def test_the_same_targets_folder_is_reused_and_its_journal_kept(ran, measured):
+    run, folder = ran["same_target"]  # predicted this time: the journal stays for --resume
+    check(run, 0, fmt="json", folders=[folder / "out"])
+    assert (folder / "out" / "probes.jsonl").read_bytes() == (measured / "probes.jsonl").read_bytes()

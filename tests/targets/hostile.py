@@ -78,12 +78,6 @@ def no_parameters():
     return nn.ReLU(), torch.randn(3, 4)
 
 
-def factory_prints():
-    """Prints while building."""
-    print("PRINT-IN-FACTORY")
-    return build_model()
-
-
 def factory_exits():
     """Ends the process while building (the meta pre-pass calls it first)."""
     sys.exit(0)
@@ -96,13 +90,15 @@ def factory_hangs():
 
 
 def leaves_a_thread():
-    """Starts a non-daemon thread that would keep the process alive for an hour."""
+    """Starts a non-daemon thread that would keep the process alive for an hour (and prints while building)."""
+    print("PRINT-IN-FACTORY")
     threading.Thread(target=time.sleep, args=(3600,), name="hostile-sleeper").start()
     return build_model()
 
 
 def leaves_a_process():
-    """Starts a subprocess that would outlive opscan; its pid goes to $HOSTILE_PID_FILE."""
+    """Starts a subprocess that would outlive opscan; its pid goes to $HOSTILE_PID_FILE (and prints)."""
+    print("PRINT-IN-FACTORY")
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
     with open(os.environ["HOSTILE_PID_FILE"], "w") as handle:
         handle.write(str(child.pid))
