@@ -6,7 +6,7 @@ and the output folders, options.py the environment defaults and the number check
 `main(argv) -> exit code`; only __main__ calls sys.exit.
 
 The command line (`main()` without argv: the `opscan` script, `python -m opscan`) runs the command in a child
-process under a thin supervisor (supervisor.py, child.py), started before torch is imported; `main(list)`
+process under a thin supervisor (supervisor.py, child.py, endings.py), started before torch is imported; `main(list)`
 (tests, Python callers) runs it in this process. Nothing here imports torch, so `opscan --help` stays light.
 """
 

@@ -61,7 +61,9 @@ def _mapped(body, verbose: int) -> int:
         return _user_error(str(error), error.user_traceback if verbose else None)
     except KeyboardInterrupt as exc:
         stage = exc.__dict__.get("opscan_stage")
-        print(f"opscan: error: interrupted{f' while {stage}' if stage else ''}", file=sys.stderr)
+        during = f" while {stage}" if stage else ""
+        print(f"opscan: error: interrupted{during} — the run stopped there: rerun it (a measured run continues "
+              "with --resume)", file=sys.stderr)
         return ExitCode.USAGE
     except OSError as exc:
         if exc.errno not in NO_SPACE:

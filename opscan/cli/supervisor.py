@@ -1,19 +1,17 @@
 """CLI layer: the thin supervisor `opscan` runs as, started before torch is imported.
 
-opscan runs other people's code, and that code may end the process (`os._exit`, a segfault, a signal), loop
-forever, or leave threads and processes behind. So the command line (`opscan ...`, `python -m opscan ...`)
-runs the command in a child process (child.py: the ordinary in-process CLI) in a session of its own, with
-stdin from /dev/null, and this process only watches it:
+opscan runs other people's code, which may end the process (`os._exit`, a segfault, a signal), loop forever,
+or leave threads and processes behind. So the command line runs each command in a child (child.py: the
+ordinary in-process CLI) in a session of its own, stdin from /dev/null, and this process only watches it:
 
-- exit codes: the child's own exit code passes through; an exit the child did not announce is the target's
-  (`os._exit(3)` in forward, SIGSEGV while calling the factory, SIGKILL: out of memory?) and is exit 2 with one
-  line naming the call, its line and the stage (exit 3 only when no code of the target was running);
-- `--step-timeout` (OPSCAN_STEP_TIMEOUT): a stage of the target's code (import, factory, the traced step, a
-  memory run) that runs longer is stopped: its stack is dumped (where it was: one line; -v: the stack), the
-  child's process group is killed, exit 2;
-- SIGINT, SIGTERM and SIGHUP are passed to the child (a second one, or 10 s later: SIGKILL), exit 2;
-- when the child ends, whatever is left in its process group (the target's subprocesses) is killed, and an
-  output folder it created and left empty is removed.
+- the child's own exit code passes through; an end it did not announce is the target's (`os._exit(3)` in
+  forward, SIGSEGV in the factory, SIGKILL: out of memory?): exit 2, one line naming the call, its line and
+  the stage (exit 3 only when none of the target's code was running);
+- a stage of the target's code running past `--step-timeout` is stopped (its stack dumped first: where it
+  was), the child's process group killed: exit 2; SIGINT/SIGTERM/SIGHUP go to the child (a second one, or
+  GRACE seconds later: SIGKILL): exit 2;
+- when the child ends, what is left in its process group is killed, and the output folders it created and
+  left empty are removed.
 
 `opscan.cli.main(list)` (tests, Python callers) runs in-process, without all this. No torch here.
 """
@@ -23,7 +21,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import select
 import signal
 import subprocess
@@ -34,12 +31,12 @@ from dataclasses import dataclass, field
 
 from opscan.cli.child import BOOT, ENV, PATH_ENV
 from opscan.cli.files import remove_if_empty
+from opscan.cli.endings import RERUN, outcome
 from opscan.errors import ExitCode
 
 GRACE = 10.0  # seconds a signalled child gets to end by itself before SIGKILL
 POLL = 0.5  # seconds between checks of a child that closed no pipe
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_FRAME = re.compile(r'^\s*File "(?P<file>.*)", line (?P<line>\d+) in (?P<name>\S+)')
 
 
 @dataclass
@@ -59,11 +56,17 @@ class Watch:
     buffer: bytes = b""
 
     def feed(self, data: bytes) -> None:
-        """Take the JSON lines in `data` (a message may be split across reads)."""
+        """Take the JSON lines in `data` (a message may be split across reads; a line that is not one is
+        dropped: only the child writes there, but the target runs in it)."""
         self.buffer += data
         *lines, self.buffer = self.buffer.split(b"\n")
         for line in lines:
-            self.take(json.loads(line))
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(message, dict):
+                self.take(message)
 
     def take(self, message: dict) -> None:
         """One message from the child."""
@@ -94,6 +97,21 @@ class Watch:
 
 def supervise(argv: list[str]) -> int:
     """Run `opscan ARGV` in a supervised child; the exit code."""
+    try:
+        return _supervise(argv)
+    except KeyboardInterrupt:
+        print(f"opscan: error: interrupted — {RERUN}", file=sys.stderr)
+        return ExitCode.USAGE
+    except Exception:  # noqa: BLE001 - the supervisor's own failure is opscan's bug
+        import traceback
+
+        traceback.print_exc()
+        print("opscan: internal error — this is a bug in opscan; please report it with the traceback above",
+              file=sys.stderr)
+        return ExitCode.INTERNAL
+
+
+def _supervise(argv: list[str]) -> int:
     dump = _dump_file()
     ctl_r, ctl_w = (_high(fd) for fd in os.pipe())
     life_r, life_w = (_high(fd) for fd in os.pipe())
@@ -102,10 +120,11 @@ def supervise(argv: list[str]) -> int:
         os.close(fd)
     watch = Watch()
     with Forwarding(child, watch):
-        _follow(child, ctl_r, watch)
+        _follow(child, ctl_r, watch, dump)
     _kill_group(child.pid)  # what the target left behind
-    code = _outcome(watch, child.returncode, _read_all(dump))
-    _remove_empty(watch.dirs)
+    code = outcome(watch, child.returncode, _read_all(dump))
+    for path in sorted(watch.dirs, key=len, reverse=True):  # the folders it made and left empty, deepest first
+        remove_if_empty(path)
     for fd in (ctl_r, life_w, dump):
         os.close(fd)
     return code
@@ -136,23 +155,34 @@ def _start(argv: list[str], ctl: int, lifeline: int, dump: int) -> subprocess.Po
                             stderr=None if _is_open(2) else subprocess.DEVNULL, start_new_session=True)
 
 
-def _follow(child: subprocess.Popen, ctl: int, watch: Watch) -> None:
+def _follow(child: subprocess.Popen, ctl: int, watch: Watch, dump: int) -> None:
     """Read the child's messages until it ends; stop a stage over its limit; kill a child signalled too long ago."""
+    open_ = True
     while True:
         now = time.monotonic()
         if watch.overdue(now):
             watch.timed_out = watch.stage
-            _stop(child)
+            _stop(child, dump)
             return
         if watch.kill_at is not None and now >= watch.kill_at:
             _kill_group(child.pid)
-        ready = select.select([ctl], [], [], watch.wait(now))[0]
-        data = os.read(ctl, 65536) if ready else b""
+        ready = select.select([ctl], [], [], watch.wait(now))[0] if open_ else _wait(child, watch.wait(now))
+        data = os.read(ctl, 65536) if ready and open_ else b""
+        open_ = open_ and not (ready and not data)  # end of file: the child closed it (or ended)
         if data:
             watch.feed(data)
         elif child.poll() is not None:
-            _drain(ctl, watch)
+            if open_:
+                _drain(ctl, watch)
             return
+
+
+def _wait(child: subprocess.Popen, timeout: float) -> list:
+    try:
+        child.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    return []
 
 
 def _drain(ctl: int, watch: Watch) -> None:
@@ -164,13 +194,21 @@ def _drain(ctl: int, watch: Watch) -> None:
         watch.feed(data)
 
 
-def _stop(child: subprocess.Popen) -> None:
-    """Ask for the stack (SIGUSR1: the child's faulthandler dumps it), then kill the child's process group."""
+def _stop(child: subprocess.Popen, dump: int) -> None:
+    """Ask for the stack (SIGUSR1: the child's faulthandler dumps it; up to GRACE seconds until it is written
+    and stops growing), then kill the child's process group."""
+    start = last = os.fstat(dump).st_size
+    deadline = time.monotonic() + GRACE
     try:
         os.kill(child.pid, signal.SIGUSR1)
-        time.sleep(0.5)
     except ProcessLookupError:
         return
+    while time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.1)
+        size = os.fstat(dump).st_size
+        if start < size == last:
+            break
+        last = size
     _kill_group(child.pid)
     child.wait()
 
@@ -202,96 +240,12 @@ class Forwarding:
             pass
 
 
-def _outcome(watch: Watch, returncode: int, dump: str) -> int:
-    """The exit code, and the one line that explains an end the child did not announce."""
-    if watch.timed_out is None and watch.exit is not None and returncode == watch.exit:
-        return returncode
-    code, line = _explain(watch, returncode, dump)
-    if code == ExitCode.INTERNAL and dump.strip():
-        print(dump.rstrip("\n"), file=sys.stderr)
-    print(f"opscan: error: {line}" if code != ExitCode.INTERNAL else f"opscan: internal error: {line}",
-          file=sys.stderr, flush=True)
-    if code != ExitCode.INTERNAL and watch.verbose and dump.strip():  # -v: the stacks, after the line (as a
-        print(dump.rstrip("\n"), file=sys.stderr, flush=True)        # user traceback comes after it)
-    return code
-
-
-def _explain(watch: Watch, returncode: int, dump: str) -> tuple[int, str]:
-    """(exit code, message) for an end the child did not announce."""
-    stage = watch.timed_out or watch.stage
-    during = f" while {stage}" if stage else ""
-    if watch.timed_out is not None:
-        return ExitCode.USAGE, (f"{watch.timed_out} took longer than the step limit of {watch.limit:g} s; stopped"
-                                f"{_where(dump, main_thread=True)} — the target's code may never return: fix it, or "
-                                "raise --step-timeout (OPSCAN_STEP_TIMEOUT) if it is only slow")
-    if watch.signalled is not None:
-        return ExitCode.USAGE, f"interrupted ({signal.Signals(watch.signalled).name}){during}"
-    if watch.os_exit is not None:
-        return ExitCode.USAGE, (f"the target called os._exit({watch.os_exit['os_exit']}){watch.os_exit['where']}"
-                                f"{during} — a scanned target must return, not end the process: remove the call")
-    return _died(returncode, stage, dump)
-
-
-def _died(returncode: int, stage: str | None, dump: str) -> tuple[int, str]:
-    """A child that ended without saying so: the target's doing when its code was running."""
-    during = f" while {stage}" if stage else ""
-    if returncode < 0:
-        name = _signal_name(-returncode)
-        if -returncode == signal.SIGKILL:
-            return ExitCode.USAGE, (f"the process was killed (SIGKILL){during} — out of memory, or killed by "
-                                    "someone: check free memory (--fake traces without allocating)")
-        what = f"the process died of {name}{_where(dump, main_thread=False)}{during}"
-    else:
-        what = f"the process ended with exit status {returncode}{during} (exit() from C, or a library's abort)"
-    if stage is None:
-        return ExitCode.INTERNAL, f"{what} — no code of the target was running: this is a bug in opscan or torch; " \
-                                  "please report it with the stack above"
-    return ExitCode.USAGE, f"{what} — the target's code ended the process: rerun with -v for the stack, fix it"
-
-
-def _where(dump: str, main_thread: bool) -> str:
-    """' in forward (model.py:12)' from a faulthandler dump: the crashing thread, or the main thread (the one
-    whose outermost frame is the child's `-c` program)."""
-    from opscan.target.user_code import user_frame
-
-    blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump)
-    if main_thread:
-        chosen = [b for b in blocks if 'File "<string>", line 1 in <module>' in b]
-    else:
-        chosen = [b for b in blocks if b.lstrip().startswith("Current thread")]
-    for block in chosen[-1:]:
-        frames = [_summary(m) for m in (_FRAME.match(line) for line in block.splitlines()) if m]
-        return user_frame(reversed(frames))  # faulthandler lists the most recent call first
-    return ""
-
-
-def _summary(match: re.Match):
-    import traceback
-
-    return traceback.FrameSummary(match["file"], int(match["line"]), match["name"], lookup_line=False)
-
-
-def _signal_name(number: int) -> str:
-    try:
-        name = signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-    meaning = {"SIGSEGV": "segmentation fault", "SIGABRT": "abort", "SIGBUS": "bus error", "SIGFPE": "arithmetic"}
-    return f"{name} ({meaning[name]})" if name in meaning else name
-
-
 def _kill_group(pid: int) -> None:
     """SIGKILL the child's process group (the child, and what the target started that did not leave it)."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _remove_empty(dirs: list[str]) -> None:
-    """Output folders the child created and left empty (killed before writing) are removed, deepest first."""
-    for path in sorted(dirs, key=len, reverse=True):
-        remove_if_empty(path)
 
 
 def _high(fd: int) -> int:

@@ -2,15 +2,17 @@
 
 How the batch is varied: the batch is the leading dimension of the input tensors (the most common
 one when they differ); every input tensor whose leading dimension equals it is made `k` times longer,
-the others are kept. When an argument is a list of tensors of one rank (a torchvision detector's C x H x W
-images), the batch is the list's length instead, and every list of that length among the arguments is made
-`k` times longer (the images' own dimensions are kept). The step then runs at `k` = 2 and 3 on **meta** tensors (no data, no memory;
+the others are kept. The step then runs at `k` = 2 and 3 on **meta** tensors (no data, no memory;
 about 3 s for a 7B step on two cores), else — when the step needs tensor values (`.item()`, masks) —
 on fake tensors, with the attention branch MPS takes (lens.py) and the storage tracker only. Two runs
 give every allocation event a line `bytes = c + s * batch` (the runs must make the same allocations
 in the same order; otherwise the peaks alone are fitted). The runs never use real tensors, so a
 fake and a real scan of one model report the same sizing. Batch sizes 2k and 3k avoid batch 1,
 where PyTorch's size-1 shortcuts (views instead of copies) change what is allocated.
+
+When an argument is a list of tensors of one rank (a torchvision detector's C x H x W images), the batch is
+the list's length instead, and every list of that length among the arguments is made `k` times longer (the
+images' own dimensions are kept); the section's `varied` says which.
 
 The optimizer does not run in the sizing runs (a third of their time): its work does not depend on the
 batch. `optimizer.step` is replaced by one transient allocation of what the traced step's optimizer

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sysconfig
 import traceback
 from pathlib import Path
@@ -21,6 +22,7 @@ from opscan.errors import TargetError
 _OPSCAN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
 _TORCH_PART = os.sep + "torch" + os.sep
+_FRAME = re.compile(r'^\s*File "(?P<file>.*)", line (?P<line>\d+) in (?P<name>\S+)')  # a faulthandler line
 _stack: list[str] = []
 _listener: list[Callable[[str | None], None]] = []
 _origin: list[str] = []
@@ -117,3 +119,21 @@ def _tell() -> None:
 def frames_of(frame) -> list[traceback.FrameSummary]:
     """A live frame's stack as FrameSummary items, outermost first (for os._exit's caller)."""
     return list(traceback.extract_stack(frame)) if frame is not None else []
+
+
+def where_in_dump(dump: str, main_thread: bool) -> str:
+    """' in forward (model.py:12)' from a faulthandler dump: the crashing thread, or the main thread (the one
+    whose outermost frame is the child's `-c` program)."""
+    blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump)
+    if main_thread:
+        chosen = [b for b in blocks if 'File "<string>", line 1 in <module>' in b]
+    else:
+        chosen = [b for b in blocks if b.lstrip().startswith("Current thread")]
+    for block in chosen[-1:]:
+        frames = [_summary(m) for m in (_FRAME.match(line) for line in block.splitlines()) if m]
+        return user_frame(reversed(frames))  # faulthandler lists the most recent call first
+    return ""
+
+
+def _summary(match: re.Match) -> traceback.FrameSummary:
+    return traceback.FrameSummary(match["file"], int(match["line"]), match["name"], lookup_line=False)
