@@ -57,15 +57,25 @@ def target(factory: str = "build_model") -> str:
     return f"{HOSTILE}:{factory}"
 
 
+# `python -c LAUNCH FSIZE CLOSE ARGV...`: set a file-size limit (FSIZE bytes, 0: none) and close stdout (CLOSE 1)
+# as a shell would (`ulimit -f`, `>&-`), then become `python -m opscan ARGV` (no preexec_fn: the tests use threads)
+LAUNCH = ("import os, resource, sys\n"
+          "size, close = int(sys.argv[1]), sys.argv[2] == '1'\n"
+          "if size: resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))\n"
+          "if close: os.close(1)\n"
+          "os.execv(sys.executable, [sys.executable, '-m', 'opscan', *sys.argv[3:]])")
+
+
 def opscan(*argv: str, cwd: Path | None = None, env: dict | None = None, stdout=subprocess.PIPE,
-           limit: float = KILL_LIMIT, preexec=None) -> Run:
-    """`python -m opscan ARGV` as a user runs it; the run is killed (and the test fails) past `limit`."""
+           limit: float = KILL_LIMIT, file_size: int = 0, close_stdout: bool = False) -> Run:
+    """`python -m opscan ARGV` as a user runs it (under `ulimit -f` when file_size, with stdout closed when
+    close_stdout); the run is killed (and the test fails) past `limit`."""
     tag = uuid.uuid4().hex
     full = {k: v for k, v in os.environ.items() if not k.startswith("OPSCAN_")}
     full.update(PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", **{TAG: tag}, **(env or {}))
-    proc = subprocess.Popen([sys.executable, "-m", "opscan", *argv], cwd=cwd, env=full, stdout=stdout,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
-                            preexec_fn=preexec)
+    command = [sys.executable, "-c", LAUNCH, str(file_size), str(int(close_stdout)), *argv]
+    proc = subprocess.Popen(command, cwd=cwd, env=full, stdout=stdout, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
@@ -153,7 +163,7 @@ def files_in(folder: Path) -> dict[str, bytes]:
 
 def run_all(cases: dict[str, dict], root: Path) -> dict[str, tuple[Run, Path]]:
     """Run independent cases at once (as many as there are cores, at least two): name -> (Run, its folder).
-    A case is {"argv": [...], "env": {...}, "cwd": bool, "setup": callable(folder), "preexec": callable,
+    A case is {"argv": [...], "env": {...}, "cwd": bool, "setup": callable(folder), "file_size": bytes,
     "stdout": "full" | "closed" | "broken"}; "{dir}" in an argument or an environment value is the case's own
     folder. What each case checks does not depend on the others."""
     from concurrent.futures import ThreadPoolExecutor
@@ -172,7 +182,8 @@ def _one(name: str, case: dict, root: Path) -> tuple[Run, Path]:
     env = {k: v.replace("{dir}", str(folder)) for k, v in case.get("env", {}).items()}
     cwd = folder if case.get("cwd") else REPO
     with _stdout(case.get("stdout")) as stdout:
-        return opscan(*argv, env=env, cwd=cwd, stdout=stdout, preexec=case.get("preexec")), folder
+        return opscan(*argv, env=env, cwd=cwd, stdout=stdout, file_size=case.get("file_size", 0),
+                      close_stdout=case.get("stdout") == "closed"), folder
 
 
 @contextlib.contextmanager
@@ -183,7 +194,7 @@ def _stdout(kind: str | None):
     elif kind == "full":
         with open("/dev/full", "wb") as full:
             yield full
-    elif kind == "closed":  # with preexec closing descriptor 1 in the child
+    elif kind == "closed":  # the launcher closes descriptor 1 before it becomes opscan
         yield subprocess.DEVNULL
     else:
         read, write = os.pipe()

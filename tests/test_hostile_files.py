@@ -8,9 +8,7 @@ start from.
 from __future__ import annotations
 
 import json
-import os
 import re
-import resource
 import shutil
 
 import pytest
@@ -19,13 +17,8 @@ from conftest import TARGETS
 from helpers_hostile import TINY, check, files_in, opscan, run_all, target
 
 FAST = ["--no-memory", "--no-fx"]
-SIZE_LIMIT = 20_000  # bytes: less than tiny's report.json (~34 KB) and graph.graphml (~54 KB)
+SIZE_LIMIT = 20_000  # bytes (ulimit -f): less than tiny's report.json (~34 KB) and graph.graphml (~54 KB)
 PROBE = ["--probe", "--device", "cpu", "--workers", "1"]
-
-
-def _file_size_limit(limit: int = SIZE_LIMIT):
-    """preexec: no file of this process may grow past `limit` bytes (writes then fail with EFBIG)."""
-    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
 
 @pytest.fixture(scope="module")
@@ -62,15 +55,14 @@ def _older_report(folder):
 def ran(measured, tmp_path_factory):
     """Every case, run at once: name -> (Run, the case's folder)."""
     cases = {
-        "size_limit": {"argv": [TINY, "-o", "{dir}/out", "-f", "json", *FAST], "preexec": _file_size_limit()},
-        "size_limit_rewrite": {"argv": [TINY, "-o", "{dir}/out", "-f", "yaml", *FAST], "preexec": _file_size_limit(),
+        "size_limit": {"argv": [TINY, "-o", "{dir}/out", "-f", "json", *FAST], "file_size": SIZE_LIMIT},
+        "size_limit_rewrite": {"argv": [TINY, "-o", "{dir}/out", "-f", "yaml", *FAST], "file_size": SIZE_LIMIT,
                                "setup": _copy_of(measured)},
-        "journal_limit": {"argv": [TINY, "-o", "{dir}/out", *PROBE, *FAST], "preexec": _file_size_limit(4000)},
+        "journal_limit": {"argv": [TINY, "-o", "{dir}/out", *PROBE, *FAST], "file_size": 4000},
         "bundle_limit": {"argv": ["bundle", TINY, "--device", "cpu", "-o", "{dir}/b", "--no-fx"],
-                         "preexec": _file_size_limit()},
+                         "file_size": SIZE_LIMIT},
         "stdout_full": {"argv": [TINY, "-o", "{dir}/out", "-f", "json", *FAST], "stdout": "full"},
-        "stdout_closed": {"argv": [TINY, "-o", "{dir}/out", "-f", "json", *FAST], "stdout": "closed",
-                          "preexec": lambda: os.close(1)},
+        "stdout_closed": {"argv": [TINY, "-o", "{dir}/out", "-f", "json", *FAST], "stdout": "closed"},
         "stdout_broken": {"argv": ["bundle", TINY, "--device", "cpu", "-o", "{dir}/b", "--no-fx"], "stdout": "broken"},
         "journal_binary": {"argv": [TINY, "-o", "{dir}/out", *PROBE, "--resume", *FAST],
                            "setup": _damaged(measured, lambda ls: ls[:4] + [b"\xff\xfe\x00 binary"] + ls[5:])},
