@@ -250,6 +250,21 @@ def test_the_batch_of_a_list_of_images_is_the_list(ran):
     assert [p["batch"] for p in scaling["points"]] == [4, 6]  # the FACTORS 2 and 3 of memory/batch.py
 
 
+@pytest.mark.parametrize("inputs, batch", [
+    (lambda t: ([t.rand(3, 8, 8), t.rand(3, 8, 8)],), 2),  # C x H x W images in a list: the list (not 3)
+    (lambda t: {"ids": [t.arange(4), t.arange(6), t.arange(2)]}, 3),  # 1-d sequences in a list: the list
+    (lambda t: ([t.rand(2, 4, 8, 8), t.rand(2, 4, 4, 4)],), 2),  # batched feature maps: their leading dimension
+    (lambda t: ([t.rand(3, 8), t.rand(3, 8)],), 3),  # rank 2 may be batched: the leading dimension, as before
+    (lambda t: (t.rand(5, 3), t.rand(5)), 5),  # plain tensors: the leading dimension most of them share
+])
+def test_the_batch_guess(inputs, batch):
+    import torch
+
+    from opscan.memory.batch import batch_of
+
+    assert batch_of(inputs(torch)) == batch
+
+
 # --- the subcommands with a hostile target -----------------------------------------------------------------
 
 

@@ -10,9 +10,9 @@ in the same order; otherwise the peaks alone are fitted). The runs never use rea
 fake and a real scan of one model report the same sizing. Batch sizes 2k and 3k avoid batch 1,
 where PyTorch's size-1 shortcuts (views instead of copies) change what is allocated.
 
-When an argument is a list of tensors of one rank (a torchvision detector's C x H x W images), the batch is
-the list's length instead, and every list of that length among the arguments is made `k` times longer (the
-images' own dimensions are kept); the section's `varied` says which.
+When an argument is a list of unbatched samples — C x H x W images (a torchvision detector's) or 1-d
+sequences — the batch is the list's length instead, and every list of that length among the arguments is
+made `k` times longer (the images' own dimensions are kept); the section's `varied` says which.
 
 The optimizer does not run in the sizing runs (a third of their time): its work does not depend on the
 batch. `optimizer.step` is replaced by one transient allocation of what the traced step's optimizer
@@ -85,13 +85,15 @@ def batch_of(inputs) -> int | None:
 
 
 def tensor_list_length(inputs) -> int | None:
-    """The length of the first list of tensors of one rank (>= 1) inside the model's arguments (the top level of
-    a tuple/list input holds the positional arguments themselves), or None."""
+    """The length of the first list of unbatched samples among the model's arguments — tensors all of rank 3
+    (C x H x W images, torchvision's detection convention) or all of rank 1 (sequences) — or None. The top
+    level of a tuple/list input holds the positional arguments themselves; a list of rank-2 or rank-4 tensors
+    may hold batched tensors (feature maps), so its tensors' leading dimension stays the batch."""
     arguments = inputs.values() if isinstance(inputs, dict) else inputs if isinstance(inputs, (tuple, list)) else ()
     for value in arguments:
         for found in (value.values() if isinstance(value, dict) else [value]):
-            if isinstance(found, list) and found and all(isinstance(t, torch.Tensor) and t.dim() > 0 for t in found) \
-                    and len({t.dim() for t in found}) == 1:
+            ranks = {t.dim() if isinstance(t, torch.Tensor) else None for t in found} if isinstance(found, list) else ()
+            if found and ranks in ({1}, {3}):
                 return len(found)
     return None
 
