@@ -92,8 +92,8 @@ def tensor_list_length(inputs) -> int | None:
     arguments = inputs.values() if isinstance(inputs, dict) else inputs if isinstance(inputs, (tuple, list)) else ()
     for value in arguments:
         for found in (value.values() if isinstance(value, dict) else [value]):
-            ranks = {t.dim() if isinstance(t, torch.Tensor) else None for t in found} if isinstance(found, list) else ()
-            if found and ranks in ({1}, {3}):
+            if isinstance(found, list) and {t.dim() if isinstance(t, torch.Tensor) else None for t in found} in \
+                    ({1}, {3}):
                 return len(found)
     return None
 
