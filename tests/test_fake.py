@@ -145,7 +145,7 @@ def test_footprint_decides_the_switch():
     gib = 1024**3
     assert fake.Footprint(gib, 4, 6 * gib).too_big()
     assert not fake.Footprint(gib, 4, 10 * gib).too_big()
-    assert "4.0 GiB" in fake.Footprint(gib, 4, 6 * gib).describe()
+    assert "4.0 GB" in fake.Footprint(gib, 4, 6 * gib).describe()
 
 
 def test_meta_pre_pass_sizes_the_parameters():

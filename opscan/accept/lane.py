@@ -21,7 +21,7 @@ from collections import defaultdict
 
 from opscan.accept.placement import STEP_PHASES, Placement, Transfer
 from opscan.graph.lanes import Lane
-from opscan.graph.transfers import human_bytes
+from opscan.units import human_bytes
 
 _SHOWN = 5  # names listed per misplaced group, fallbacks per heavy reason
 _KINDS = {"parameter": "parameter", "optimizer_state": "optimizer state tensor"}

@@ -13,8 +13,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from opscan.graph.transfers import Transfers, human_bytes
+from opscan.graph.transfers import Transfers
 from opscan.opkey import signature_text
+from opscan.units import human_bytes
 from opscan.verdict import Verdict
 
 

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from opscan.memory.section import human as _bytes
+from opscan.units import human_bytes as _bytes
 from opscan.opkey import signature_text
 from opscan.report import Report, Row
 from opscan.verdict import Verdict
