@@ -15,6 +15,7 @@ from opscan.opkey import OpKey
 from opscan.verdict import Classification, Evidence, Source, Verdict
 
 SCHEMA_VERSION = 1
+SECTIONS = ("graph", "transfers", "upgrade", "memory", "measurement", "repro")  # optional, in JSON order
 
 
 @dataclass(frozen=True)
@@ -82,9 +83,12 @@ class Report:
     trace: dict[str, Any]
     modules: tuple[tuple[str, str], ...] = ()
     schema_version: int = SCHEMA_VERSION
-    extra: dict[str, Any] = field(default_factory=dict)
     graph: dict[str, Any] | None = None  # the step graph: counts, each finding's neighbourhood (graph/views.py)
     transfers: dict[str, Any] | None = None  # host<->device copies per step (transfers.py)
+    upgrade: dict[str, Any] | None = None  # which later release makes the rows native (predict/history.py)
+    memory: dict[str, Any] | None = None  # the memory estimate and Mac sizing (memory/section.py)
+    measurement: dict[str, Any] | None = None  # how the probes ran, measured mode only (probe/reconcile.py)
+    repro: dict[str, Any] | None = None  # what the findings' repro scripts need, with --repro (repro/section.py)
     step_graph: Any = field(default=None, repr=False, compare=False)  # the networkx graph, for GraphML only
 
     @property
@@ -117,8 +121,7 @@ class Report:
             "summary": self.summary,
             "lane": self.lane.to_dict(),
             "modules": [{"path": p, "type": t} for p, t in self.modules],
-            **{k: v for k, v in (("graph", self.graph), ("transfers", self.transfers)) if v is not None},
-            **self.extra,
+            **{name: value for name in SECTIONS if (value := getattr(self, name)) is not None},
         }
 
 
@@ -167,17 +170,17 @@ def with_measurements(report: Report, measured: dict, section: dict[str, Any]) -
         {"row": i, "op": r.op.display, "dtypes": list(r.dtypes), "predicted": (r.predicted or {}).get(
             "verdict", r.verdict.value), "measured": r.measured["verdict"]} for i, r in enumerate(rows) if r.disagrees]}
     assumptions = {**report.assumptions, "measured_on": section.get("device")}
-    memory = (report.extra.get("memory") or {}).get("lane")
+    memory = (report.memory or {}).get("lane")
     lane = decide_lane(rows, _transfer_reasons(report), memory) if stands else report.lane
     return replace(report, rows=rows, mode="measured" if stands else report.mode, assumptions=assumptions,
-                   lane=lane, extra={**report.extra, "measurement": section})
+                   lane=lane, measurement=section)
 
 
 def _transfer_reasons(report: Report) -> tuple[str, ...]:
     """The lane's reasons that come from the transfer rule, not from a row's verdict or the memory fit."""
     if report.lane.name != "linux-gpu-first":
         return ()
-    memory = ((report.extra.get("memory") or {}).get("lane") or {}).get("reason")
+    memory = ((report.memory or {}).get("lane") or {}).get("reason")
     from_rows = {reason_of(r) for r in report.rows} | {memory}
     return tuple(r for r in report.lane.reasons if r not in from_rows)
 

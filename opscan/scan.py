@@ -124,7 +124,7 @@ def scan(options: ScanOptions, session=None, prepared: Prepared | None = None) -
         opscan_version=__version__, kb_version=kb.kb_version, model=options.target, model_name=target.name,
         mode="predicted", assumptions=_assumptions(trace.torch_version, kb), environment=environment(),
         phases=count_phases(trace.calls), rows=rows, trace=summary, modules=trace.modules,
-        extra={"upgrade": upgrade.to_dict(), **({"memory": memory} if memory else {})},
+        upgrade=upgrade.to_dict(), memory=memory or None,
         **graph_stage(trace, view, [v.verdict for v in verdicts], rows, memory),
     )
     command = repro_command(options)
@@ -166,7 +166,7 @@ def with_repro(report: Report, trace, view, command: str, measurement=None) -> R
         found = section(report.rows, plan(trace, view, "mps", None), command=command)
     else:
         found = section(report.rows, measurement.plan, measurement.result, measurement.section["device"], command)
-    return replace(report, extra={**report.extra, "repro": found})
+    return replace(report, repro=found)
 
 
 def memory_stage(target, trace, view, kb, options: ScanOptions, trackers: list) -> dict[str, Any] | None:

@@ -139,7 +139,7 @@ def test_ctc_loss_is_unsupported_in_2_13_and_native_in_2_14_1(tmp_path, capsys):
     ctc = _rows(old)["_ctc_loss"] + _rows(old)["_ctc_loss_backward"]
     assert {r.verdict.value for r in ctc} == {"unsupported"} and {r.since for r in ctc} == {"2.14.0"}
     assert all(r.remedy.startswith("upgrade to torch 2.14.1 (native from 2.14.0)") for r in ctc)
-    upgrade = old.extra["upgrade"]
+    upgrade = old.upgrade
     assert (upgrade["target"], upgrade["first_native"]) == ("2.14.1", "2.14.0")
     assert old.assumptions["torch_release"] == "2.13.0" and old.assumptions["kb_entry"] == "kb: releases/2.13.0.txt"
     new = scan(ScanOptions(f"{RELEASES}:ctc", torch_version="2.14.1"))
@@ -148,7 +148,7 @@ def test_ctc_loss_is_unsupported_in_2_13_and_native_in_2_14_1(tmp_path, capsys):
                       for n in report.assumptions["notes"])
         assert what_if == (report.assumptions["torch_release"] != INSTALLED)
     assert {r.verdict.value for r in _rows(new)["_ctc_loss"]} == {"native"}
-    assert new.lane.name == "mac-first" and new.extra["upgrade"]["target"] is None
+    assert new.lane.name == "mac-first" and new.upgrade["target"] is None
     code, out, _ = run(capsys, f"{RELEASES}:ctc", "--torch-version", "2.13.0", "-o", str(tmp_path))
     assert code == 0 and "Upgrade: torch 2.14.1 makes every row of this step native" in out
     assert json.loads((tmp_path / "report.json").read_text())["upgrade"]["target"] == "2.14.1"
@@ -171,7 +171,7 @@ def test_embedding_max_norm_is_cpu_fallback_in_every_release():
         assert (found.verdict.value, found.evidence.rule) == ("cpu_fallback", "always-cpu"), release
     report = scan(ScanOptions(f"{RELEASES}:embedding_max_norm", torch_version="2.0.0"))
     assert _rows(report)["embedding_renorm_"][0].verdict.value == "cpu_fallback"
-    assert "no covered release after torch 2.0.0 makes every row native" in report.extra["upgrade"]["text"]
+    assert "no covered release after torch 2.0.0 makes every row native" in report.upgrade["text"]
 
 
 def test_an_unknown_release_or_macos_is_one_line_and_exit_2(capsys, tmp_path):

@@ -186,5 +186,5 @@ def test_table_ends_with_the_next_step():
     assert tail == ("Next: these verdicts are predicted. On a Mac, `opscan TARGET` measures every call and `opscan "
                     "accept TARGET` runs the real step against the CPU; `opscan bundle TARGET` packs the probes for a "
                     "Mac you reach over SSH. `--repro` writes a standalone script and an ISSUE.md for each finding.")
-    measured = wide(replace(report(), mode="measured", extra={"repro": {"findings": []}}))
+    measured = wide(replace(report(), mode="measured", repro={"findings": []}))
     assert not any(line.startswith(("Next:", "`--repro`")) for line in measured)

@@ -198,7 +198,7 @@ def _ops(report: Report) -> str:
 
 
 def _memory(report: Report) -> str:
-    memory = report.extra.get("memory")
+    memory = report.memory
     if not memory:
         return ""
     return memory_section(memory)  # the estimate, the Mac sizing table, the live log (html_memory.py)
