@@ -210,7 +210,7 @@ def test_a_cap_the_cpu_refuses_falls_back_to_full_shapes_in_the_worker():
     assert outcome.clean and outcome.extra["shapes"].startswith("full: the capped call failed on the CPU")
 
 
-WORKER_SIDE = ("worker", "zygote", "replay", "compare", "backends", "texts", "protocol", "shrink")
+WORKER_SIDE = ("worker", "zygote", "replay", "compare", "comparison", "backends", "texts", "protocol", "shrink")
 
 
 def test_the_worker_side_stays_light():

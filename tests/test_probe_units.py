@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from opscan.probe import compare
+from opscan.probe import compare, comparison
 from opscan.probe.calls import make
 from opscan.probe.decide import decide
 from opscan.probe.protocol import STATUSES, Comparison, PassOutcome, ProbeCall, ProtocolError, TensorSpec, dumps, loads
@@ -180,8 +180,9 @@ ADD = torch.ops.aten.add.Tensor
 
 
 def test_tolerances_are_declared_per_dtype_and_the_least_precise_wins():
-    assert compare.tolerance_for({"float32", "bfloat16", "int64"}) == ("bfloat16", *compare.TOLERANCES["bfloat16"])
-    assert compare.tolerance_for({"int64"}) is None
+    assert comparison.tolerance_for({"float32", "bfloat16", "int64"}) == ("bfloat16",
+                                                                          *comparison.TOLERANCES["bfloat16"])
+    assert comparison.tolerance_for({"int64"}) is None
     ref = torch.ones(4, dtype=torch.float64)  # float32: limit 1e-5 * 1 + 1e-5 * 1 = 2e-5
     assert compare.compare(ADD, [(ref + 1e-5).float()], [ref], ["float32"], "float64").within
     beyond = compare.compare(ADD, [(ref + 3e-5).float()], [ref], ["float32"], "float64")

@@ -192,6 +192,21 @@ def test_render_is_deterministic_and_user_text_stays_inside_literals(predicted):
     assert "`````\nopscan evil" in issue  # a fence longer than the command's own backtick runs
 
 
+def test_every_script_carries_the_probe_comparison_byte_for_byte(predicted):
+    """One comparator: the probe worker's comparison module is the text every script runs, unchanged (so its
+    tolerances, its elementwise/properties choice and PyTorch's fallback-warning text exist once)."""
+    from importlib import resources
+
+    from opscan.probe import compare as probe_compare, comparison
+
+    source = resources.files("opscan.probe").joinpath("comparison.py").read_bytes()
+    scripts = {rel: text for rel, text in render_files(json.loads((predicted / "report.json").read_text())).items()
+               if rel.endswith(".py")}
+    assert scripts and all(source in text.encode("utf-8") for text in scripts.values())
+    assert probe_compare.comparison is comparison  # the worker's Comparison records come from the same functions
+    assert comparison.compare.__module__ == "opscan.probe.comparison"
+
+
 @pytest.fixture
 def simulated_adaptive(tmp_path, monkeypatch) -> None:
     """Probe workers started by this test run the SIMULATED MPS backend, adaptive pools shape-limited."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from opscan.probe.compare import TOLERANCES
+from opscan.probe.comparison import TOLERANCES
 from opscan.probe.decide import SOURCE, Decision, decide
 from opscan.verdict import Evidence, Verdict
 

@@ -112,7 +112,7 @@ def prepared(call) -> dict:
     {"unbuildable": why} when the probe's inputs cannot be built here either."""
     import torch
 
-    from opscan.probe import compare, replay
+    from opscan.probe import comparison, replay
 
     namespace = call.op.partition("::")[0]
     if namespace not in TORCH_NAMESPACES:
@@ -127,7 +127,7 @@ def prepared(call) -> dict:
     seeded = [replay._initial(spec, generator)[0] for spec in call.tensors]  # what the script builds by itself
     inline = {str(i): pack(b) for i, (s, b) in enumerate(zip(seeded, built))
               if call.tensors[i].values is None and not _same(s, b)}
-    positions = [p for p in range(8) if compare.how_for(func, p) == "properties"]
+    positions = [p for p in range(8) if comparison.how_for(func, p) == "properties"]
     return {"inline": inline, "properties": "all" if len(positions) == 8 else positions}
 
 
