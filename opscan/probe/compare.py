@@ -15,9 +15,17 @@ from opscan.probe.protocol import Comparison
 
 
 def compare(func, got: list, ref: list, dtypes, reference: str) -> Comparison:
-    """Compare the probe's outputs `got` with `ref` (both on the CPU), leaf by leaf."""
+    """Compare the probe's outputs `got` with `ref` (both on the CPU), leaf by leaf; an op with no output to
+    compare is unchecked (`within` None), not within tolerance."""
     problem, err_abs, err_rel, _, how = comparison.compare(func, dtypes, got, ref)
+    if problem is None and how == "none":
+        return Comparison("none", None, reference=reference, detail="the call has no output to compare")
     return Comparison(how, problem is None, _finite(err_abs), _finite(err_rel), reference, problem)
+
+
+def unchecked(why: str) -> Comparison:
+    """The record of a pass whose outputs could not be compared (no CPU reference): unchecked, never within."""
+    return Comparison("none", None, reference="none", detail=f"no CPU reference: {why}")
 
 
 def _finite(x: float) -> float | None:

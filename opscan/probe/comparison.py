@@ -10,7 +10,9 @@ A floating output is within tolerance when, elementwise, |out - ref| <= atol * m
 with (atol, rtol) of the least precise floating dtype the call touches (TOLERANCES, published in the README),
 NaN and inf in the same places; integer and bool outputs must be equal. Some outputs are compared by their
 properties instead (shape, dtype kind, and what the op guarantees): random ops (`nondeterministic_seeded` or in
-RANDOM_OPS), `empty*` outputs, and indices that break ties (max-pool indices, sort/topk/argmax positions).
+RANDOM_OPS) and indices that break ties (max-pool indices, sort/topk/argmax positions). Outputs whose content is
+undefined — `empty*`, `new_empty*`, `resize_`-, `set_`-style (UNDEFINED_CONTENT) — are compared by shape and
+dtype only ("shape"): their memory is whatever the allocator held, on the device and in the reference alike.
 """
 
 import math
@@ -37,8 +39,19 @@ RANDOM_OPS = frozenset({
     "uniform_", "exponential_", "geometric_", "cauchy_", "log_normal_", "random_", "multinomial", "poisson",
     "rrelu_with_noise", "_standard_gamma", "binomial", "_sample_dirichlet",
 })
-EMPTY_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted",
-                       "_empty_affine_quantized"})
+# Ops whose output memory holds no defined values (every aten schema of torch 2.14.1 whose name has "empty",
+# "resize" or is "set"/"set_", listed from torch._C._jit_get_all_schemas()): empty* allocates without filling;
+# resize_ keeps the old elements only while the storage is large enough and leaves the new ones uninitialised;
+# set_ points the tensor at a storage (or at none: set_() is empty). Names starting "empty", "new_empty" or
+# "_empty" count too, so a later release's empty_* op is never compared by its uninitialised values.
+UNDEFINED_CONTENT = frozenset({
+    "empty", "empty_like", "empty_strided", "empty_permuted", "empty_quantized", "new_empty", "new_empty_strided",
+    "_empty_affine_quantized", "_empty_per_channel_affine_quantized",
+    "resize", "resize_", "resize_as", "resize_as_", "_resize_output", "_resize_output_", "resize_as_sparse",
+    "resize_as_sparse_", "sparse_resize", "sparse_resize_", "sparse_resize_and_clear", "sparse_resize_and_clear_",
+    "set", "set_",
+})
+UNDEFINED_PREFIXES = ("empty", "new_empty", "_empty")
 INDEX_OUTPUTS = {  # op name: output positions holding tie-breaking indices
     "max_pool2d_with_indices": {1}, "max_pool3d_with_indices": {1}, "adaptive_max_pool2d": {1},
     "adaptive_max_pool3d": {1}, "max": {1}, "min": {1}, "sort": {1}, "topk": {1}, "kthvalue": {1}, "mode": {1},
@@ -56,19 +69,29 @@ def tolerance_for(dtypes):
 
 
 def how_for(func, position):
-    """"properties" or "elementwise": how output `position` of the op `func` (an OpOverload) is compared."""
+    """"shape", "properties" or "elementwise": how output `position` of the op `func` (an OpOverload) is compared."""
     import torch
 
     name = func._schema.name.split("::")[-1]
-    if name in RANDOM_OPS or name in EMPTY_OPS or torch.Tag.nondeterministic_seeded in func.tags:
+    if name in UNDEFINED_CONTENT or name.startswith(UNDEFINED_PREFIXES):
+        return "shape"
+    if name in RANDOM_OPS or torch.Tag.nondeterministic_seeded in func.tags:
         return "properties"
     return "properties" if position in INDEX_OUTPUTS.get(name, ()) else "elementwise"
+
+
+def references(func):
+    """The CPU references to try, in order, as (widen floating inputs, label): float64 first, so rounding of
+    the probe's own dtype shows against it — except for an op whose outputs are compared by shape and dtype only,
+    whose reference must keep the probe's dtypes (a widened empty_like is float64)."""
+    order = ((True, "float64"), (False, "same-dtype"))
+    return order[::-1] if how_for(func, 0) == "shape" else order
 
 
 def compare(func, dtypes, got, ref):
     """(problem or None, max abs error, max rel error, tolerance, how) of the outputs `got` against `ref`
     (both on the CPU), output by output; `dtypes`: the call's tensor dtypes; `how`: "elementwise",
-    "properties", "mixed", or "none" when there was nothing to compare."""
+    "properties", "shape", "mixed", or "none" when there was nothing to compare."""
     tol = tolerance_for(set(dtypes) | {dtype_name(v) for v in got})
     if len(got) != len(ref):
         return str(len(got)) + " outputs, reference " + str(len(ref)), 0.0, 0.0, tol, "none"
@@ -117,6 +140,8 @@ def leaf(a, b, how, tol):
         return "shape " + str(list(a.shape)) + " vs reference " + str(list(b.shape)), 0.0, 0.0
     if kind(a) != kind(b):
         return "dtype " + str(a.dtype) + " vs reference " + str(b.dtype), 0.0, 0.0
+    if how == "shape":
+        return (None if a.dtype == b.dtype else "dtype " + str(a.dtype) + " vs reference " + str(b.dtype)), 0.0, 0.0
     if how == "properties":
         return properties(a, b), 0.0, 0.0
     if kind(a) in ("int", "bool"):

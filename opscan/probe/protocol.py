@@ -94,8 +94,8 @@ def _without_values(spec):
 class Comparison:
     """How a pass's outputs compared with the reference (tolerances are declared in compare.py)."""
 
-    how: str  # "elementwise" | "properties" | "mixed" | "none" (nothing to compare)
-    within: bool
+    how: str  # "elementwise" | "properties" | "shape" | "mixed" | "none" (nothing was compared)
+    within: bool | None  # None: unchecked — no reference, or no output to compare: never "within tolerance"
     max_abs: float | None = None
     max_rel: float | None = None
     reference: str = "float64"  # "float64" | "same-dtype" | "none"
@@ -109,6 +109,17 @@ class Comparison:
     def from_dict(cls, d: dict | None) -> Comparison | None:
         """Inverse of to_dict (None stays None)."""
         return None if d is None else cls(**d)
+
+    @property
+    def checked(self) -> bool:
+        """Something was compared. A record that compared nothing is unchecked whatever its `within` says:
+        journals and bundle results written before `within: null` existed say `how: "none", within: true`."""
+        return self.within is not None and self.how != "none"
+
+    @property
+    def beyond(self) -> bool:
+        """Compared, and beyond tolerance."""
+        return self.within is False
 
 
 @dataclass(frozen=True)
@@ -152,7 +163,7 @@ class PassOutcome:
     @property
     def clean(self) -> bool:
         """Ran and agreed with the reference: nothing that calls for a fresh process."""
-        return self.status == "ran" and (self.comparison is None or self.comparison.within)
+        return self.status == "ran" and (self.comparison is None or not self.comparison.beyond)
 
 
 def dumps(obj: dict) -> str:

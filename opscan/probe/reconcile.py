@@ -45,7 +45,7 @@ def measure_rows(plan, result, label: str) -> dict:
     out = {}
     for key, ids in plan.rows.items():
         found = [_probe_decision(pid, plan, result) for pid in ids]
-        worst = max(found, key=lambda f: f[0].verdict.rank)
+        worst = max(found, key=_severity)
         decision, off, on = worst
         comparisons = [o.comparison for _, o, _ in found if o is not None and o.comparison is not None]
         comparisons += [o.comparison for _, _, o in found if o is not None and o.comparison is not None]
@@ -65,6 +65,11 @@ def measure_rows(plan, result, label: str) -> dict:
         evidence = Evidence(decision.rule, f"measured on {label}: {decision.text}", SOURCE)
         out[key] = RowMeasurement(decision.verdict, evidence, REMEDIES[decision.verdict], block)
     return out
+
+
+def _severity(found) -> tuple:
+    """Worst verdict first; among equals an unchecked probe, so a row is only as checked as its least checked."""
+    return found[0].verdict.rank, found[0].rule.endswith("-unchecked")
 
 
 def _probe_decision(pid: str, plan, result):
@@ -117,8 +122,9 @@ def section(plan, result, options, label: str, stands_for_mps: bool, isolation: 
         "shapes": _shapes(plan, result),
         "tolerances": {d: {"atol": a, "rtol": r} for d, (a, r) in TOLERANCES.items()},
         "tolerance_rule": "|out - ref| <= atol * max(1, max|ref|) + rtol * |ref|, dtype = least precise floating "
-                          "dtype of the call; integers exact; random, empty* and tie-breaking index outputs by "
-                          "properties",
+                          "dtype of the call; integers exact; random and tie-breaking index outputs by properties; "
+                          "outputs of undefined content (empty*, new_empty*, resize_, set_) by shape and dtype; "
+                          "a pass with no reference or no output is unchecked, never within tolerance",
         "isolation": isolation,
         "workers": options.workers,
         "timeout_s": options.timeout,

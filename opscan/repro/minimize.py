@@ -47,7 +47,7 @@ class Boundary:
 def failure_key(outcome: PassOutcome) -> tuple | None:
     """What a failure is, numbers normalised; None when the call ran cleanly (agreed, no fallback)."""
     if outcome.status == "ran":
-        if outcome.comparison is not None and not outcome.comparison.within:
+        if outcome.comparison is not None and outcome.comparison.beyond:
             return ("beyond tolerance",)
         return ("fallback",) if outcome.fallback_seen else None
     first = ((outcome.message or "").strip().splitlines() or [""])[0]
