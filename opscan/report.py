@@ -172,7 +172,8 @@ def with_measurements(report: Report, measured: dict, section: dict[str, Any]) -
     assumptions = {**report.assumptions, "measured_on": section.get("device")}
     memory = (report.memory or {}).get("lane")
     lane = decide_lane(rows, _transfer_reasons(report), memory) if stands else report.lane
-    return replace(report, rows=rows, mode="measured" if stands else report.mode, assumptions=assumptions,
+    mode = ("simulated" if section.get("simulated") else "measured") if stands else report.mode
+    return replace(report, rows=rows, mode=mode, assumptions=assumptions,
                    lane=lane, measurement=section)
 
 

@@ -1,8 +1,10 @@
 """Probe stage: the records that cross the process boundary, as versioned JSON (never pickle).
 
-The parent sends a worker one request line per probe (`{"v": 1, "pass": "off", "probe": ProbeCall}`);
-the worker answers with exactly one line, a `PassOutcome`. A worker that dies or hangs gets its
-outcome written by the parent (`crash`, `timeout`). Stdlib only: the worker imports this module.
+A worker (or the zygote it is forked from) first reads one setup line (`{"v": 1, "setup": {"double": null}}`:
+the test double to load instead of the real device, tests only) and says hello with its environment record;
+then the parent sends one request line per probe (`{"v": 1, "pass": "off", "probe": ProbeCall}`) and the
+worker answers with exactly one line, a `PassOutcome`. A worker that dies or hangs gets its outcome written by
+the parent (`crash`, `timeout`). Stdlib only: the worker imports this module.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import json
 from dataclasses import asdict, dataclass, field
 
 VERSION = 1
-PLUGIN_ENV = "OPSCAN_PROBE_BACKEND"  # tests only: a simulated backend for the worker (backends.load)
 PASSES = ("off", "on")  # PYTORCH_ENABLE_MPS_FALLBACK unset / "1" in the child before `import torch`
 STATUSES = ("ran", "raised", "unbuildable", "crash", "timeout")
 
@@ -164,6 +165,19 @@ class PassOutcome:
     def clean(self) -> bool:
         """Ran and agreed with the reference: nothing that calls for a fresh process."""
         return self.status == "ran" and (self.comparison is None or not self.comparison.beyond)
+
+
+def setup_line(double: dict | None) -> str:
+    """The first line a worker or zygote reads: which test double to load (None: the real device)."""
+    return dumps({"v": VERSION, "setup": {"double": double}})
+
+
+def read_setup(line: str) -> dict | None:
+    """The double named by a setup line (None: the real device); ProtocolError for anything else."""
+    message = loads(line)
+    if message.get("v") != VERSION or not isinstance(message.get("setup"), dict):
+        raise ProtocolError(f"expected a setup line, got {line[:200]!r}")
+    return message["setup"].get("double")
 
 
 def dumps(obj: dict) -> str:

@@ -31,6 +31,15 @@ REMEDIES = {
 
 
 @dataclass(frozen=True)
+class Where:
+    """Where probes ran: the label reports show, whether it stands for MPS, whether it was a test double."""
+
+    label: str
+    stands_for_mps: bool
+    simulated: bool = False
+
+
+@dataclass(frozen=True)
 class RowMeasurement:
     """What the probes measured for one row (duck-typed by report.with_measurements)."""
 
@@ -102,17 +111,14 @@ def probe_verdicts(plan, result) -> Counter:
     return counts
 
 
-def section(plan, result, options, label: str, stands_for_mps: bool, isolation: str, journal: str | None,
-            run: dict) -> dict:
+def section(plan, result, options, where: Where, isolation: str, journal: str | None, run: dict) -> dict:
     """The report's top-level `measurement` section (see README, "Measured mode")."""
     envs = result.environments
-    note = (f"measured on {label}: the verdicts and the lane are measured" if stands_for_mps else
-            f"measured on {label} (not MPS): verdicts and lane stay predicted for MPS; each row's `measured` "
-            f"block describes {label} only")
     return {
-        "device": label,
-        "stands_for_mps": stands_for_mps,
-        "note": note,
+        "device": where.label,
+        "stands_for_mps": where.stands_for_mps,
+        "simulated": where.simulated,
+        "note": _note(where),
         "probes": len(plan.probes),
         "calls": plan.calls,
         "unreplayable": sorted(set(plan.unreplayable.values())),
@@ -132,6 +138,17 @@ def section(plan, result, options, label: str, stands_for_mps: bool, isolation: 
         "environment": {"off": envs.get("off"), "on": envs.get("on")},
         "run": run,
     }
+
+
+def _note(where: Where) -> str:
+    if where.simulated:
+        return (f"SIMULATED on {where.label}, a test double of the device, not a measurement of MPS: the verdicts, "
+                "the step graph, the transfers and the lane follow the simulation (test runs only)")
+    if where.stands_for_mps:
+        return (f"measured on {where.label}: the verdicts, the step graph, the transfers and the lane are measured; "
+                "the memory estimate and the upgrade advice stay predicted")
+    return (f"measured on {where.label} (not MPS): verdicts, step graph, transfers and lane stay predicted for MPS; "
+            f"each row's `measured` block describes {where.label} only")
 
 
 def _shapes(plan, result) -> dict:
