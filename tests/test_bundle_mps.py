@@ -60,6 +60,13 @@ def test_mps_bundle_on_the_simulated_backend_merges_measured_with_differences_fi
     report = json.loads(out)
     assert report["mode"] == "simulated" and report["measurement"]["passes"]["on"]["probes"] > 0
     assert report["measurement"]["device"] == "simulated-mps (tests only)" and report["measurement"]["simulated"]
+    # every section says what it rests on: the simulated measurement, or the prediction
+    sources = {name: report[name]["source"] for name in ("lane", "graph", "transfers", "measurement", "repro",
+                                                         "upgrade", "memory")}
+    assert sources == {"lane": "measured", "graph": "measured", "transfers": "measured", "measurement": "measured",
+                       "repro": "measured", "upgrade": "predicted", "memory": "predicted"}
+    assert all(r["source"] == "measured" for r in report["ops"])
+    assert "SIMULATED" in report["measurement"]["note"]
     first = err.splitlines()
     # take's backward (put_) is predicted unsupported; the simulator runs every op but take natively
     assert first[:2] == ["predicted vs measured: 1 rows differ",

@@ -41,12 +41,20 @@ class Where:
 
 @dataclass(frozen=True)
 class RowMeasurement:
-    """What the probes measured for one row (duck-typed by report.with_measurements)."""
+    """What the probes measured for one row (duck-typed by report.measured_rows)."""
 
     verdict: Verdict
     evidence: Evidence
     remedy: str | None
     block: dict
+
+
+def measure_calls(plan, result) -> tuple[Verdict, ...]:
+    """The measured verdict of each MPS-view call, in view order: the worst of the probes that stand for it (a
+    call with no probe, or one that could not be replayed, is unknown). The step graph is rebuilt on these."""
+    found = {pid: _probe_decision(pid, plan, result)[0].verdict for ids in plan.per_call for pid in ids}
+    return tuple(max((found[pid] for pid in ids), key=lambda v: v.rank, default=Verdict.UNKNOWN)
+                 for ids in plan.per_call)
 
 
 def measure_rows(plan, result, label: str) -> dict:
@@ -115,6 +123,7 @@ def section(plan, result, options, where: Where, isolation: str, journal: str | 
     """The report's top-level `measurement` section (see README, "Measured mode")."""
     envs = result.environments
     return {
+        "source": "measured",
         "device": where.label,
         "stands_for_mps": where.stands_for_mps,
         "simulated": where.simulated,

@@ -45,12 +45,20 @@ class ProbeOptions:
 
 @dataclass(frozen=True)
 class Measurement:
-    """One measured run: rows (row key -> RowMeasurement), the report's section, the plan and its outcomes."""
+    """One measured run: rows (row key -> RowMeasurement), each MPS-view call's measured verdict (view order),
+    where it ran, the report's section, the plan and its outcomes."""
 
     rows: dict
+    call_verdicts: tuple
+    where: reconcile.Where
     section: dict
     plan: calls.Plan
     result: runner.RunResult
+
+    @property
+    def stands_for_mps(self) -> bool:
+        """Measured on mps (or on a test double of it): the verdicts, graph, transfers and lane are measured."""
+        return self.where.stands_for_mps
 
 
 class Session(runner.Observer):
@@ -120,7 +128,7 @@ def measure(trace, view, options: ProbeOptions, model_name: str, session: Sessio
     rows = reconcile.measure_rows(plan, result, where.label)
     section = reconcile.section(plan, result, run_options, where, runner.isolation_for(run_options),
                                 session.name if session else None, run)
-    return Measurement(rows, section, plan, result)
+    return Measurement(rows, reconcile.measure_calls(plan, result), where, section, plan, result)
 
 
 def measured_on(device: str, environments: dict) -> reconcile.Where:

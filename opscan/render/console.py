@@ -233,7 +233,7 @@ def _transfers(report: Report) -> str:
         return ""
     parts = [f"{kind} {_bytes(t[kind]['bytes'])}" for kind in ("fallback", "explicit", "implicit")
              if (t.get(kind) or {}).get("bytes")]
-    lines = [f"CPU<->MPS per step: {_bytes(step['bytes'])} in {step['syncs']} syncs "
+    lines = [f"CPU<->MPS per step ({t.get('source', 'predicted')}): {_bytes(step['bytes'])} in {step['syncs']} syncs "
              f"(to host {_bytes(step['d2h_bytes'])}, to MPS {_bytes(step['h2d_bytes'])}; {', '.join(parts) or 'none'})"]
     lines += [f"  {r['op']} in {r['module'] or '(model)'} ({r['phase']}): {_bytes(r['bytes'])}, {r['syncs']} syncs"
               for r in (t.get("ranking") or [])[:3]]
