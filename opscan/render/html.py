@@ -54,7 +54,8 @@ def _summary(report: Report) -> str:
     reasons = "".join(f"<li>{escape(r)}</li>" for r in report.lane.reasons[:20])
     more = f"<li>… and {len(report.lane.reasons) - 20} more</li>" if len(report.lane.reasons) > 20 else ""
     return (f'<section id="summary"><h2>Verdicts</h2><div class="pills">{pills}</div>'
-            f'<h2>Lane</h2><span class="lane lane-{escape(report.lane.name)}">{escape(report.lane.name)}</span>'
+            f'<h2>Lane</h2><span class="lane lane-{escape(report.lane.name)}">{escape(report.lane.name)}</span> '
+            f'<span class="small">({escape(report.mode if report.mode == "simulated" else report.lane.source)})</span>'
             f"<ul>{reasons}{more}</ul></section>")
 
 
