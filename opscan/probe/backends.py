@@ -89,7 +89,7 @@ class DeviceDouble:
     module: str
     attr: str = "BACKEND"
     path: tuple[str, ...] = ()
-    options: dict | None = field(default=None, compare=False)
+    options: dict | None = field(default=None, hash=False)
 
     def to_dict(self) -> dict:
         """JSON form (the setup message)."""
