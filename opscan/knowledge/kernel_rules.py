@@ -1,0 +1,246 @@
+"""Knowledge stage: the kernel checks opscan encodes (`kernel_rules.yaml`) and the evaluator of their conditions.
+
+kernel_checks.txt lists every runtime check of every release's MPS kernels (read from the binaries); this
+module holds the ones whose failure condition opscan can decide from a traced call. Each rule of
+kernel_rules.yaml names its check by message and source file, gives the C++ condition as read in the source
+(`condition`, with `source` naming file, function and commit), the schema names of the op's arguments
+(`args`) and `when`: the same condition written in a small expression language over those arguments:
+
+* a tensor argument has `.dtype` ("float16"), `.shape` (a tuple), `.dim` and `.numel`; a tensor list is a
+  list of those; other arguments are their values (ints, floats, bools, strings, lists, None);
+* `macos` is the assumed macOS version as a tuple, e.g. (14, 0);
+* Python's `and`, `or`, `not`, comparisons, `in`, subscripts, tuples, lists, numbers, strings, `len()`,
+  `any()` / `all()` over a generator are allowed; nothing else is (ValueError when the file loads).
+
+`evaluate(rule, args, macos)` is True when the kernel would raise for the call, False when it would
+not, None when the call lacks what the condition reads (an argument not recorded, a size -1 under fake
+tensors). No torch import.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import yaml
+
+RULES_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_rules.yaml")
+VERDICTS = ("error", "unsupported_dtype")
+_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.Compare, ast.Eq,
+          ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn, ast.Is, ast.IsNot, ast.Name,
+          ast.Load, ast.Attribute, ast.Subscript, ast.Constant, ast.Tuple, ast.List, ast.Call,
+          ast.GeneratorExp, ast.comprehension, ast.Store, ast.BinOp, ast.Mult, ast.Add, ast.Sub, ast.Mod,
+          ast.Pow)
+_ATTRS = ("dtype", "shape", "dim", "numel")
+_CALLS = ("len", "any", "all")
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """What a trace knows of one tensor argument."""
+
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def dim(self) -> int:
+        """Its rank."""
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        """Its element count (negative when a size is unknown)."""
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class KernelRule:
+    """One encoded kernel check."""
+
+    id: str
+    message: str  # the check's message in kernel_checks.txt (exact)
+    file: str  # the source file's name (Convolution.mm)
+    ops: tuple[str, ...]  # yaml spellings of the MPS-view ops it is evaluated for
+    args: tuple[str, ...]  # the op's argument names, in schema order
+    kind: str  # dtype | rank | size | flag | macos, joined with "+"
+    condition: str  # the C++ failure condition as read
+    when: str  # the same, in the expression language
+    verdict: str  # error | unsupported_dtype
+    remedy: str
+    source: str  # where the condition was read
+    code: ast.Expression
+
+
+class _Unknown(Exception):
+    """The call lacks what the condition reads."""
+
+
+def evaluate(rule: KernelRule, args: Mapping[str, object] | None, macos: tuple[int, int]) -> bool | None:
+    """Whether the kernel raises for a call with `args` (None: not decidable from them)."""
+    if args is None:
+        return None
+    names = {**args, "macos": macos}
+    try:
+        return bool(_eval(rule.code.body, names))
+    except (_Unknown, IndexError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _eval(node, names):  # noqa: C901 - one branch per allowed node type
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id not in names:
+            raise _Unknown(node.id)  # an argument the call did not record
+        return names[node.id]
+    if isinstance(node, ast.Attribute):
+        value = _eval(node.value, names)
+        result = getattr(value, node.attr)
+        if node.attr == "shape" and any(d < 0 for d in result):
+            raise _Unknown("size known only at run time")
+        return result
+    if isinstance(node, ast.Subscript):
+        return _eval(node.value, names)[_eval(node.slice, names)]
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return tuple(_eval(e, names) for e in node.elts)
+    if isinstance(node, ast.BoolOp):
+        values = (_eval(v, names) for v in node.values)
+        return all(values) if isinstance(node.op, ast.And) else any(values)
+    if isinstance(node, ast.UnaryOp):
+        value = _eval(node.operand, names)
+        return (not value) if isinstance(node.op, ast.Not) else -value
+    if isinstance(node, ast.BinOp):
+        return _binop(node.op, _eval(node.left, names), _eval(node.right, names))
+    if isinstance(node, ast.Compare):
+        return _compare(node, names)
+    if isinstance(node, ast.Call):
+        return _call(node, names)
+    raise ValueError(f"unsupported expression {ast.dump(node)}")
+
+
+def _binop(op, a, b):
+    return {ast.Mult: lambda: a * b, ast.Add: lambda: a + b, ast.Sub: lambda: a - b,
+            ast.Mod: lambda: a % b, ast.Pow: lambda: a ** b}[type(op)]()
+
+
+def _compare(node: ast.Compare, names) -> bool:
+    left = _eval(node.left, names)
+    for op, right_node in zip(node.ops, node.comparators):
+        right = _eval(right_node, names)
+        ok = {ast.Eq: lambda: left == right, ast.NotEq: lambda: left != right, ast.Lt: lambda: left < right,
+              ast.LtE: lambda: left <= right, ast.Gt: lambda: left > right, ast.GtE: lambda: left >= right,
+              ast.In: lambda: left in right, ast.NotIn: lambda: left not in right,
+              ast.Is: lambda: left is right, ast.IsNot: lambda: left is not right}[type(op)]()
+        if not ok:
+            return False
+        left = right
+    return True
+
+
+def _call(node: ast.Call, names):
+    fn = node.func.id
+    if fn == "len":
+        return len(_eval(node.args[0], names))
+    gen = node.args[0]
+    comp = gen.generators[0]
+    items = (_eval(gen.elt, {**names, comp.target.id: item}) for item in _eval(comp.iter, names))
+    return any(items) if fn == "any" else all(items)
+
+
+def compile_when(text: str) -> ast.Expression:
+    """Parse a `when` expression, refusing anything outside the language (ValueError)."""
+    tree = ast.parse(text, mode="eval")
+    for node in ast.walk(tree):
+        if not isinstance(node, _NODES):
+            raise ValueError(f"{text!r}: {type(node).__name__} is not allowed")
+        if isinstance(node, ast.Attribute) and node.attr not in _ATTRS:
+            raise ValueError(f"{text!r}: attribute {node.attr!r} is not allowed")
+        if isinstance(node, ast.Call) and (not isinstance(node.func, ast.Name) or node.func.id not in _CALLS):
+            raise ValueError(f"{text!r}: only {', '.join(_CALLS)} may be called")
+    return tree
+
+
+def parse_rules(text: str) -> tuple[KernelRule, ...]:
+    """kernel_rules.yaml text -> rules (ValueError on a bad entry)."""
+    data = yaml.safe_load(text) or {}
+    rules, seen = [], set()
+    for raw in data.get("rules", ()):
+        missing = {"id", "message", "file", "ops", "args", "kind", "condition", "when", "verdict", "remedy",
+                   "source"} - set(raw)
+        if missing or raw["verdict"] not in VERDICTS or raw["id"] in seen:
+            raise ValueError(f"kernel_rules.yaml: bad rule {raw.get('id')!r} (missing {sorted(missing)})")
+        seen.add(raw["id"])
+        rules.append(KernelRule(raw["id"], raw["message"], raw["file"], tuple(raw["ops"]), tuple(raw["args"]),
+                                raw["kind"], raw["condition"], raw["when"], raw["verdict"], raw["remedy"],
+                                raw["source"], compile_when(raw["when"])))
+    return tuple(rules)
+
+
+@functools.lru_cache(maxsize=2)
+def load_rules(path: str = RULES_PATH) -> tuple[KernelRule, ...]:
+    """The shipped rules."""
+    with open(path, encoding="utf-8") as fh:
+        return parse_rules(fh.read())
+
+
+def rule_for(check, rules: tuple[KernelRule, ...]) -> KernelRule | None:
+    """The rule that encodes a kernel check (same message, spaces aside, and same file), or None."""
+    text = _plain(check.message)
+    return next((r for r in rules if _plain(r.message) == text and check.file.endswith("/" + r.file)), None)
+
+
+def _plain(message: str) -> str:
+    return " ".join(message.split())
+
+
+@dataclass(frozen=True, eq=False)
+class Limits:
+    """The runtime checks of one release's MPS kernels, and the encoded ones among them."""
+
+    release: str  # the release whose binary the checks were read from
+    by_op: Mapping[str, tuple]  # yaml overload name -> KernelChecks its MPS kernel has
+    encoded: tuple[tuple[KernelRule, object], ...]  # (rule, its KernelCheck in this release)
+    total: int  # checks of the release
+
+    def rules_for(self, yaml_name: str) -> tuple[tuple[KernelRule, object], ...]:
+        """The encoded checks evaluated for an op."""
+        return tuple((r, c) for r, c in self.encoded if yaml_name in r.ops)
+
+    def unmodelled(self, yaml_name: str) -> tuple:
+        """The op's checks that no rule encodes."""
+        ids = {c.id for _, c in self.encoded}
+        return tuple(c for c in self.by_op.get(yaml_name, ()) if c.id not in ids)
+
+
+def release_limits(release: str) -> Limits | None:
+    """The Limits of `release` (the newest release read when it is newer than the file; None without it)."""
+    from opscan.knowledge.entry import release_key
+    from opscan.knowledge.kernel_checks import load_checks
+
+    checks = load_checks()
+    if checks is None or not checks.releases:
+        return None
+    read = release if release in checks.releases else None
+    if read is None and release_key(release) > release_key(checks.releases[-1]):
+        read = checks.releases[-1]
+    if read is None:
+        return None
+    return _limits(checks, read)
+
+
+@functools.lru_cache(maxsize=64)
+def _limits(checks, release: str) -> Limits:
+    """release_limits (cached)."""
+    rules = load_rules()
+    encoded = []
+    for check in checks.checks:
+        rule = rule_for(check, rules) if release in check.releases else None
+        if rule is not None:
+            encoded.append((rule, check))
+    return Limits(release, checks.for_release(release), tuple(encoded), checks.count(release))
