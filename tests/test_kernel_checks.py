@@ -141,3 +141,28 @@ def test_parse_refuses_a_malformed_line_and_the_language_refuses_calls():
         compile_when("__import__('os').system('true')")
     with pytest.raises(ValueError):
         compile_when("self.storage")
+
+
+def test_dtype_expectations_reach_the_mps_views_convolution_per_rank():
+    # opinfo_map.txt: nn.functional.conv_transpose2d -> _mps_convolution_transpose@4 (its samples' input rank);
+    # common_mps.py (2.8+): UNIMPLEMENTED_XFAILLIST["nn.functional.conv_transpose2d"] = [bfloat16, int64]
+    x4 = TensorArg("bfloat16", (1, 4, 8, 8))
+    found = _predict_dtype("aten::_mps_convolution_transpose", "bfloat16", (x4,))
+    assert found.verdict == Verdict.UNSUPPORTED_DTYPE and found.evidence.rule == "dtype-xfail"
+    assert "nn.functional.conv_transpose2d" in found.evidence.text
+    assert "nn.functional.conv_transpose3d" not in found.evidence.text  # rank 5 only
+    assert _predict_dtype("aten::_mps_convolution_transpose", "float16",
+                          (TensorArg("float16", (1, 4, 8, 8)),)).verdict == Verdict.NATIVE
+    # rank 5 in float16: conv_transpose3d's expectation; the kernel's own check decides first (rule 4c)
+    x5 = TensorArg("float16", (1, 4, 4, 4, 4))
+    assert _predict_dtype("aten::_mps_convolution_transpose", "float16", (x5,)).evidence.rule == \
+        "kernel-conv-transpose-3d-half"
+    report = scan(ScanOptions(f"{LIMITS}:unet2d", dtype="bfloat16", torch_version="2.14.1"))
+    row = _row(report, "_mps_convolution_transpose")
+    assert row.verdict == Verdict.UNSUPPORTED_DTYPE and row.evidence.rule == "dtype-xfail"
+
+
+def _predict_dtype(op: str, dtype: str, values: tuple):
+    kb = load_knowledge(release="2.14.1")
+    key = K(op)
+    return predict_op(key, (dtype, dtype), kb, args=CallArgs(key.name, values))

@@ -46,3 +46,20 @@ class _UNet3d(nn.Module):
 def unet3d():
     """The 3-D model and a 1x2x8x8x8 volume."""
     return _UNet3d(), torch.randn(1, 2, 8, 8, 8, generator=torch.Generator().manual_seed(0))
+
+
+class _UNet2d(nn.Module):
+    """Conv2d down by 2, ConvTranspose2d back up."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Conv2d(2, 4, 3, stride=2, padding=1)
+        self.up = nn.ConvTranspose2d(4, 2, 2, stride=2)
+
+    def forward(self, x):
+        return self.up(torch.relu(self.down(x)))
+
+
+def unet2d():
+    """The 2-D model and a 1x2x8x8 image."""
+    return _UNet2d(), torch.randn(1, 2, 8, 8, generator=torch.Generator().manual_seed(0))
