@@ -92,36 +92,35 @@ def evaluate(rule: KernelRule, args: Mapping[str, object] | None, macos: tuple[i
         return None
 
 
-def _eval(node, names):  # noqa: C901 - one branch per allowed node type
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Name):
-        if node.id not in names:
-            raise _Unknown(node.id)  # an argument the call did not record
-        return names[node.id]
-    if isinstance(node, ast.Attribute):
-        value = _eval(node.value, names)
-        result = getattr(value, node.attr)
-        if node.attr == "shape" and any(d < 0 for d in result):
-            raise _Unknown("size known only at run time")
-        return result
-    if isinstance(node, ast.Subscript):
-        return _eval(node.value, names)[_eval(node.slice, names)]
-    if isinstance(node, (ast.Tuple, ast.List)):
-        return tuple(_eval(e, names) for e in node.elts)
-    if isinstance(node, ast.BoolOp):
-        values = (_eval(v, names) for v in node.values)
-        return all(values) if isinstance(node.op, ast.And) else any(values)
-    if isinstance(node, ast.UnaryOp):
-        value = _eval(node.operand, names)
-        return (not value) if isinstance(node.op, ast.Not) else -value
-    if isinstance(node, ast.BinOp):
-        return _binop(node.op, _eval(node.left, names), _eval(node.right, names))
-    if isinstance(node, ast.Compare):
-        return _compare(node, names)
-    if isinstance(node, ast.Call):
-        return _call(node, names)
-    raise ValueError(f"unsupported expression {ast.dump(node)}")
+def _eval(node, names):
+    """Evaluate one node of a compiled `when` expression."""
+    handler = _HANDLERS.get(type(node))
+    if handler is None:
+        raise ValueError(f"unsupported expression {ast.dump(node)}")
+    return handler(node, names)
+
+
+def _name(node: ast.Name, names):
+    if node.id not in names:
+        raise _Unknown(node.id)  # an argument the call did not record
+    return names[node.id]
+
+
+def _attribute(node: ast.Attribute, names):
+    value = getattr(_eval(node.value, names), node.attr)
+    if node.attr == "shape" and any(d < 0 for d in value):
+        raise _Unknown("a size known only at run time")
+    return value
+
+
+def _boolop(node: ast.BoolOp, names):
+    values = (_eval(v, names) for v in node.values)
+    return all(values) if isinstance(node.op, ast.And) else any(values)
+
+
+def _unary(node: ast.UnaryOp, names):
+    value = _eval(node.operand, names)
+    return (not value) if isinstance(node.op, ast.Not) else -value
 
 
 def _binop(op, a, b):
@@ -151,6 +150,21 @@ def _call(node: ast.Call, names):
     comp = gen.generators[0]
     items = (_eval(gen.elt, {**names, comp.target.id: item}) for item in _eval(comp.iter, names))
     return any(items) if fn == "any" else all(items)
+
+
+_HANDLERS = {
+    ast.Constant: lambda node, names: node.value,
+    ast.Name: _name,
+    ast.Attribute: _attribute,
+    ast.Subscript: lambda node, names: _eval(node.value, names)[_eval(node.slice, names)],
+    ast.Tuple: lambda node, names: tuple(_eval(e, names) for e in node.elts),
+    ast.List: lambda node, names: tuple(_eval(e, names) for e in node.elts),
+    ast.BoolOp: _boolop,
+    ast.UnaryOp: _unary,
+    ast.BinOp: lambda node, names: _binop(node.op, _eval(node.left, names), _eval(node.right, names)),
+    ast.Compare: lambda node, names: _compare(node, names),
+    ast.Call: lambda node, names: _call(node, names),
+}
 
 
 def compile_when(text: str) -> ast.Expression:

@@ -14,7 +14,7 @@ rules below in order and the first that applies decides (dtype rules: dtype_rule
 | 2 | `always-cpu` | `cpu_fallback`: MPSFallback.mm sends it to the CPU whatever the variable says |
 | 3 | `error-stub` | `error`: `_slow_conv2d_forward`'s MPS stub (mixed devices) |
 | 4 | `shape-<id>` | `error`: a kernel check that `args_note` shows will fail (shape_rules.py) |
-| 4c | `kernel-<id>` | `error` / `unsupported_dtype`: an encoded runtime check of the MPS kernel that `args` fail (kernel_checks.py) |
+| 4c | `kernel-<id>` | `error` / `unsupported_dtype`: an encoded kernel check that `args` fail (kernel_checks.py) |
 | 4b | `dtype-xfail` / `macos-gate` | `unsupported_dtype` / `unknown`: common_mps.py expects the op's OpInfos to fail |
 | 5 | `yaml-mps` / `yaml-mps-delegate` | `native`: an MPS kernel of its own / via its structured delegate |
 | 5 | `mps-outside-yaml` | `native`: an MPS kernel registered by hand (2.0.0's bitwise ops; facts.yaml) |
