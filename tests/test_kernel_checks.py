@@ -166,3 +166,16 @@ def _predict_dtype(op: str, dtype: str, values: tuple):
     kb = load_knowledge(release="2.14.1")
     key = K(op)
     return predict_op(key, (dtype, dtype), kb, args=CallArgs(key.name, values))
+
+
+def test_message_patterns_encode_dtype_checks_the_message_states():
+    # ActivationKernel/UnaryKernel: "Not implemented for long" (softplus; kernel_checks.txt, 2.14.1)
+    found = _predict_dtype("aten::softplus", "int64", (TensorArg("int64", (4,)), 1, 20))
+    assert found.verdict == Verdict.UNSUPPORTED_DTYPE and found.evidence.rule == "kernel-long-input"
+    assert "Not implemented for long" in found.evidence.text
+    assert _predict_dtype("aten::softplus", "float32", (TensorArg("float32", (4,)), 1, 20)).verdict == Verdict.NATIVE
+    # "nextafter_mps not implemented for non-floating types"
+    found = _predict_dtype("aten::nextafter", "int32", (TensorArg("int32", (4,)), TensorArg("int32", (4,))))
+    assert found.evidence.rule == "kernel-non-floating"
+    limits = load_knowledge(release="2.14.1").limits
+    assert len(limits.encoded) >= 40  # six hand-written rules and the message patterns' checks

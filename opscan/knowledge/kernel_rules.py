@@ -22,8 +22,10 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import yaml
 
@@ -75,6 +77,7 @@ class KernelRule:
     remedy: str
     source: str  # where the condition was read
     code: ast.Expression
+    first_tensor: bool = False  # a message pattern's rule: `self` is the call's first tensor argument
 
 
 class _Unknown(Exception):
@@ -196,11 +199,51 @@ def parse_rules(text: str) -> tuple[KernelRule, ...]:
     return tuple(rules)
 
 
+@dataclass(frozen=True)
+class Pattern:
+    """A family of checks encoded from their message (kernel_rules.yaml `patterns`)."""
+
+    id: str
+    match: re.Pattern
+    kind: str
+    when: str
+    verdict: str
+    remedy: str
+    source: str
+    code: ast.Expression
+
+    def rule(self, check) -> KernelRule | None:
+        """The rule encoding `check`, when its message matches and its kind includes this pattern's."""
+        if not self.match.search(check.message.strip()) or self.kind not in check.kind.split("+"):
+            return None
+        condition = f"read from the message '{check.message.strip()}'"
+        return KernelRule(self.id, check.message, check.file.rsplit("/", 1)[-1], check.ops, ("self",), self.kind,
+                          condition, self.when, self.verdict, self.remedy, self.source, self.code, True)
+
+
+def parse_patterns(text: str) -> tuple[Pattern, ...]:
+    """kernel_rules.yaml text -> its message patterns (ValueError on a bad entry)."""
+    out = []
+    for raw in (yaml.safe_load(text) or {}).get("patterns", ()):
+        if set(raw) != {"id", "match", "kind", "when", "verdict", "remedy", "source"} or raw["verdict"] not in VERDICTS:
+            raise ValueError(f"kernel_rules.yaml: bad pattern {raw.get('id')!r}")
+        out.append(Pattern(raw["id"], re.compile(raw["match"]), raw["kind"], raw["when"], raw["verdict"],
+                           raw["remedy"], raw["source"], compile_when(raw["when"])))
+    return tuple(out)
+
+
 @functools.lru_cache(maxsize=2)
 def load_rules(path: str = RULES_PATH) -> tuple[KernelRule, ...]:
     """The shipped rules."""
     with open(path, encoding="utf-8") as fh:
         return parse_rules(fh.read())
+
+
+@functools.lru_cache(maxsize=2)
+def load_patterns(path: str = RULES_PATH) -> tuple[Pattern, ...]:
+    """The shipped message patterns."""
+    with open(path, encoding="utf-8") as fh:
+        return parse_patterns(fh.read())
 
 
 def rule_for(check, rules: tuple[KernelRule, ...]) -> KernelRule | None:
@@ -221,10 +264,11 @@ class Limits:
     by_op: Mapping[str, tuple]  # yaml overload name -> KernelChecks its MPS kernel has
     encoded: tuple[tuple[KernelRule, object], ...]  # (rule, its KernelCheck in this release)
     total: int  # checks of the release
+    rules_by_op: Mapping[str, tuple] = None  # yaml name -> its (rule, check) pairs (built by release_limits)
 
     def rules_for(self, yaml_name: str) -> tuple[tuple[KernelRule, object], ...]:
         """The encoded checks evaluated for an op."""
-        return tuple((r, c) for r, c in self.encoded if yaml_name in r.ops)
+        return self.rules_by_op.get(yaml_name, ())
 
     def unmodelled(self, yaml_name: str) -> tuple:
         """The op's checks that no rule encodes."""
@@ -251,10 +295,17 @@ def release_limits(release: str) -> Limits | None:
 @functools.lru_cache(maxsize=64)
 def _limits(checks, release: str) -> Limits:
     """release_limits (cached)."""
-    rules = load_rules()
+    rules, patterns = load_rules(), load_patterns()
     encoded = []
     for check in checks.checks:
-        rule = rule_for(check, rules) if release in check.releases else None
+        if release not in check.releases:
+            continue
+        rule = rule_for(check, rules) or next((r for p in patterns if (r := p.rule(check))), None)
         if rule is not None:
             encoded.append((rule, check))
-    return Limits(release, checks.for_release(release), tuple(encoded), checks.count(release))
+    by_op: dict[str, list] = {}
+    for rule, check in encoded:
+        for op in rule.ops:
+            by_op.setdefault(op, []).append((rule, check))
+    return Limits(release, checks.for_release(release), tuple(encoded), checks.count(release),
+                  MappingProxyType({k: tuple(v) for k, v in by_op.items()}))

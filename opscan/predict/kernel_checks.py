@@ -38,6 +38,8 @@ class CallArgs:
 
     def bind(self, rule: KernelRule) -> dict:
         """Name the values for `rule` (its `args`), through RECORDED when the view replaced the op."""
+        if rule.first_tensor:
+            return {"self": next((v for v in self.values if isinstance(v, TensorArg)), None)}
         names = RECORDED.get(self.recorded)
         if names is None:
             return dict(zip(rule.args, self.values))
