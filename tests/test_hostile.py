@@ -151,17 +151,17 @@ def test_a_model_without_parameters_is_told_what_to_do(ran):
 
 
 def test_a_huge_input_switches_to_fake_tensors(ran):
-    # 2.5e9 x 4 float32 = 40e9 bytes = 37.3 GiB: over half of any RAM this runs on, so it is never allocated
+    # 2.5e9 x 4 float32 = 40e9 bytes = 37.3 GB (2**30 B, opscan/units.py): over half of any RAM this runs on
     run, folder = ran["huge_fake"]
     check(run, 0, fmt="json", folders=[folder / "out"])
     report = json.loads(run.out)
-    assert report["trace"]["fake"] and "37.3 GiB of --input tensors" in report["trace"]["notes"][0]
+    assert report["trace"]["fake"] and "37.3 GB of --input tensors" in report["trace"]["notes"][0]
 
 
 def test_a_huge_input_with_no_fake_is_exit_2(ran):
-    # 1e12 x 4 float32 = 16e12 bytes = 14901.2 GiB: refused by the allocator, never half-allocated
+    # 1e12 x 4 float32 = 16e12 bytes = 14901.2 GB (2**30 B): refused by the allocator, never half-allocated
     run, _ = ran["huge_real"]
-    check(run, 2, ("the --input tensors (14901.2 GiB) cannot be allocated", "--fake"), fmt="json")
+    check(run, 2, ("the --input tensors (14901.2 GB) cannot be allocated", "--fake"), fmt="json")
 
 
 # --- item 7: hangs, threads and processes left behind ------------------------------------------------------

@@ -185,7 +185,7 @@ def write_reports(report, out_dir: Path, real_outputs: dict | None = None, devic
         if report.step_graph is not None:
             files[out_dir / name] = render_graph(report)
     repro = {}
-    if "repro" in report.extra:
+    if report.repro is not None:
         from opscan.repro import render_files
 
         rendered = render_files(report.to_dict(), device=device, real_outputs=real_outputs)

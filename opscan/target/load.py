@@ -24,6 +24,7 @@ from typing import Any, Callable
 import torch
 
 from opscan.errors import TargetError
+from opscan.units import human_bytes
 from opscan.target.inputs import InputSpec, random_inputs
 from opscan.target import user_code
 from opscan.target.user_code import running
@@ -171,8 +172,8 @@ def _random_inputs(specs: list[InputSpec], fake: bool):
     try:
         return random_inputs(specs)
     except (RuntimeError, MemoryError) as exc:
-        size = input_bytes(specs) / 1024**3
-        raise TargetError(f"the --input tensors ({size:.1f} GiB) cannot be allocated{' as fake tensors' * fake}: "
+        size = human_bytes(input_bytes(specs))
+        raise TargetError(f"the --input tensors ({size}) cannot be allocated{' as fake tensors' * fake}: "
                           f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]} — pass smaller "
                           "--input shapes, or --fake to trace without allocating") from None
 
