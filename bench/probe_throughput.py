@@ -40,12 +40,19 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-os.environ["OPSCAN_PROBE_BACKEND"] = "crash_backend"
-os.environ["PYTHONPATH"] = os.pathsep.join([str(BENCH), str(REPO), os.environ.get("PYTHONPATH", "")])
+os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])  # for every child
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(REPO))
 
 TARGET = str(REPO / "examples" / "cnn.py") + ":build_model"
+CRASH_BACKEND = ("crash_backend", "BACKEND", (str(BENCH),))  # the workers load bench/crash_backend.py
+
+
+def crasher():
+    """The test double every mode's workers run on: the CPU, and aten::round segfaults."""
+    from opscan.probe.backends import DeviceDouble
+
+    return DeviceDouble(*CRASH_BACKEND)
 
 
 def probe_set(max_elements: int | None):
@@ -90,7 +97,7 @@ def floor_child(pass_name: str, share: str) -> None:
     from opscan.probe.protocol import ProbeCall
     from opscan.probe.worker import preload, run_one
 
-    backend = preload("cpu")
+    backend = preload("cpu", crasher().to_dict())
     backend.prepare()
     torch.set_warn_always(True)
     calls = [ProbeCall.from_dict(d) for d in json.loads(Path(share).read_text())]
@@ -122,7 +129,7 @@ def per_process(probes, options):
                     return
                 probe, pass_name = jobs.pop(0)
             env = pass_env(pass_name, workers=options.workers)
-            launcher = SpawnLauncher(options.device, env, options.startup_timeout, subprocess.DEVNULL)
+            launcher = SpawnLauncher(options.device, env, options.startup_timeout, subprocess.DEVNULL, options.double)
             handle, _ = launcher.start()
             outcome = ask(handle, probe, pass_name, options.timeout)
             handle.kill()
@@ -164,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     from opscan.probe.runner import RunnerOptions
 
     probes, crash = probe_set(args.max_elements)
-    options = RunnerOptions(device="cpu", workers=args.workers, timeout=120, on_pass="always", log_path=os.devnull)
+    options = RunnerOptions(device="cpu", workers=args.workers, timeout=120, on_pass="always", log_path=os.devnull,
+                            double=crasher())
     print(f"probe set: {len(probes)} probes (resnet18's distinct calls + 1 injected crash), both passes, "
           f"{args.workers} workers; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
     kinds = ["floor", "zygote"] + ([] if args.skip_spawn else ["spawn"])
