@@ -131,7 +131,7 @@ def test_meta_cache_leaves_the_sizing_runs_unchanged(spec):
     cache = MetaCache()
     for k in batch.FACTORS:  # one cache for both runs, as scaled_runs shares it
         plain = batch._run(target, "meta", k, size, None, False, lens, stand)
-        cached = batch._run(target, "meta", k, size, None, False, lens, stand, cache)
+        cached = batch._run(target, "meta", k, size, None, False, lens, stand, cache=cache)
         assert cached == plain and len(plain.curve) > 20
     assert cache.hits > 0  # calls were served from it (repeated layers, weights used in both runs)
 
