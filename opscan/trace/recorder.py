@@ -27,6 +27,7 @@ from opscan.trace.bookkeeping import is_bookkeeping
 from opscan.trace.guard import call_through
 from opscan.trace.hooks import run_composite
 from opscan.trace.records import OpCall, TensorMeta
+from opscan.trace.scalars import rewrapped
 from opscan.trace.tensors import StorageIds, describe, tensors_in
 
 _COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
@@ -73,6 +74,7 @@ class CallRecorder(TorchDispatchMode):
             return _device_query(func, args, kwargs)
         if _is_composite(func):
             return self._decomposed(func, args, kwargs)
+        args, kwargs = rewrapped(func, args, kwargs)  # a composite's wrapped scalar, come back as a number
         phase = self.phases.current()
         if phase == "optimizer" and self._last_phase != "optimizer":
             self._index_gradients()
