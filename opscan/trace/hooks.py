@@ -7,6 +7,7 @@
   call to the active lens, or runs the CIA kernel when none is active. They are registered when the
   first lens is entered and removed when the last one leaves, so a process that is not tracing
   runs torch unchanged.
+- the Python-level device branches of branches.py, replaced by the branch MPS takes;
 - `FastPathGate`, a TorchFunctionMode that passes every call through: while it is on,
   `torch.overrides.has_torch_function()` is True, so nn.MultiheadAttention and
   nn.TransformerEncoderLayer skip their inference fast paths, as they do on MPS, whose device type
@@ -19,12 +20,13 @@ import torch
 from torch._C import DispatchKey
 from torch.overrides import TorchFunctionMode
 
+from opscan.trace.branches import Patched
 from opscan.trace.guard import call_through
 
 CIA = DispatchKey.CompositeImplicitAutograd
 KEYS = ("AutogradCPU", "AutogradMeta", "CPU")
 _ACTIVE: list = []  # the lenses entered, innermost last (one trace at a time per process)
-_LIBRARY: list = []  # the torch.library.Library holding the kernels while a lens is active
+_LIBRARY: list = []  # the torch.library.Library and the Python rows (branches.py) while a lens is active
 
 
 class FastPathGate(TorchFunctionMode):
@@ -42,7 +44,7 @@ def activate(lens, ops: tuple[str, ...]) -> None:
             op = _overload(name)
             for key in KEYS:
                 library.impl(name, _kernel(name, op), key)
-        _LIBRARY.append(library)
+        _LIBRARY.extend((library, Patched(_steered, _rows_on).__enter__()))
     _ACTIVE.append(lens)
 
 
@@ -50,7 +52,16 @@ def deactivate(lens) -> None:
     """Forget `lens`; the kernels go when no lens is left."""
     _ACTIVE.remove(lens)
     if not _ACTIVE and _LIBRARY:
+        _LIBRARY.pop().__exit__(None, None, None)
         _LIBRARY.pop()._destroy()
+
+
+def _steered(row, run):
+    return _ACTIVE[-1].steered(row, run)
+
+
+def _rows_on() -> bool:
+    return bool(_ACTIVE and _ACTIVE[-1].table)
 
 
 def run_composite(func, args, kwargs):

@@ -147,6 +147,17 @@ class Lens:
         self._record(row, decision, start, args, kwargs, out)
         return out
 
+    def steered(self, row, run: Callable):
+        """Run a Python-level device branch the MPS way (branches.py) and record it as a "steer" group."""
+        start = self.clock() if self.clock else 0
+        out = run()
+        if self.clock is not None:
+            self.groups.append(Group(
+                rule=row.rule, mode="steer", forward=None, backward=None, start=start, end=self.clock(),
+                nodes=frozenset(), dtypes=(), module=(self.tracker.current if self.tracker else None) or "",
+                condition=row.condition, source=row.source))
+        return out
+
     def _record(self, row: Branch, decision, start: int, args, kwargs, out) -> None:
         if self.clock is None:
             return
