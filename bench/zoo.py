@@ -115,7 +115,7 @@ def plain(results: list[Result]) -> str:
 
 
 def markdown(results: list[Result], reasons: dict[str, str]) -> str:
-    lines = ["| model | source | step | seconds | rows | unknown | non-native | lane | non-native rows (reason below) |",
+    lines = ["| model | source | step | seconds | rows | unknown | non-native | lane | non-native rows |",
              "|---|---|---|---:|---:|---:|---:|---|---|"]
     for r in results:
         e = r.entry

@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 
 from opscan.opkey import OpKey
-from opscan.trace import hooks
+from opscan.trace.hooks import FastPathGate, activate, deactivate
 from opscan.trace.argspec import encode
 from opscan.trace.guard import call_through
 from opscan.trace.records import Group
@@ -119,16 +119,16 @@ class Lens:
         self.table = {b.op: (b, has_mps_kernel(b.kernel)) for b in BRANCHES} if has_mps_kernel else {}
         self.groups: list[Group] = []
         self._inside: list[str] = []  # the modes of the decisions running now ("replace" | "steer")
-        self._gate = hooks.FastPathGate()
+        self._gate = FastPathGate()
 
     def __enter__(self) -> Lens:
-        hooks.activate(self, tuple(b.op for b in BRANCHES))
+        activate(self, tuple(b.op for b in BRANCHES))
         self._gate.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         self._gate.__exit__(*exc)
-        hooks.deactivate(self)
+        deactivate(self)
 
     def dispatch(self, name: str, run: Callable, args, kwargs):
         """Run one call of a table op: its row's decision, else `run` (the composite kernel)."""

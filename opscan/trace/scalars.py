@@ -3,13 +3,14 @@
 A composite called with a Python scalar (`x % 3` is `remainder.Scalar`) wraps it in a 0-dim CPU tensor
 marked as a "wrapped number" and calls the Tensor overload (`remainder(self, wrapped_scalar_tensor(other))`).
 When the recorder re-runs the composite to see its callees, that callee reaches the dispatch mode with the
-wrapped number turned back into a Python scalar (a wrapped number is boxed as a number), and calling it
-with a number where the schema wants a Tensor raises — except for the few ops whose Python binding takes
-numbers as tensors and wraps them itself (`add`, `mul`, `div`, `sub`, ...: torch/csrc/utils/python_arg_parser.cpp
-`should_allow_numbers_as_tensors`, asked through `torch._C`), which are left as they are. Here the number becomes a 0-dim CPU tensor again, of
-the dtype the call computes in (`torch.result_type` of a tensor argument and the number): that is what a
-wrapped number takes part in, and what an MPS binary kernel casts it to. (Its own dtype, int64 or float64,
-would read as a float64 input that MPS can't take; Python has no way to set the wrapped-number flag.)
+wrapped number turned back into a Python scalar (a wrapped number is boxed as a number), and calling it with
+a number where the schema wants a Tensor raises — except for the few ops whose Python binding takes numbers
+as tensors and wraps them itself (`add`, `mul`, `div`, `sub`, ...: torch/csrc/utils/python_arg_parser.cpp
+`should_allow_numbers_as_tensors`, asked through `torch._C`), which are left as they are. Here the number
+becomes a 0-dim CPU tensor again, of the dtype the call computes in (`torch.result_type` of a tensor argument
+and the number): that is what a wrapped number takes part in, and what an MPS binary kernel casts it to. (Its
+own dtype, int64 or float64, would read as a float64 input that MPS can't take; Python has no way to set the
+wrapped-number flag.)
 """
 
 from __future__ import annotations
