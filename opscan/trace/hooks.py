@@ -1,10 +1,12 @@
 """Trace stage: where the lens (lens.py) plugs into torch, while one is active.
 
 - Kernels for the lens's composite ops at the autograd keys (AutogradCPU, AutogradMeta), where a
-  CompositeImplicitAutograd op is decomposed, and at the backend keys (CPU, Meta), which a call
-  reaches under `torch.inference_mode` when a dispatch mode re-dispatches it. A direct registration
-  wins over the CIA kernel for that key (mps_facts.md §8, OperatorEntry.cpp); each kernel hands the
-  call to the active lens, or runs the CIA kernel when none is active. They are registered when the
+  CompositeImplicitAutograd op is decomposed, and at the CPU backend key, which a call reaches under
+  `torch.inference_mode` when a dispatch mode re-dispatches it (torch refuses a Meta kernel for a CIA
+  op; on meta, attention's CIA kernel takes the math path anyway: meta has no `_fused_sdp_choice`
+  entry). A direct registration wins over the CIA kernel for that key (mps_facts.md §8,
+  OperatorEntry.cpp); each kernel hands the call to the active lens, or runs the CIA kernel when none
+  is active. They are registered when the
   first lens is entered and removed when the last one leaves, so a process that is not tracing
   runs torch unchanged.
 - the Python-level device branches of branches.py, replaced by the branch MPS takes;

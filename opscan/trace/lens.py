@@ -15,7 +15,7 @@ sees the call wherever it comes from: user code, a torch function calling anothe
 (`F.multi_head_attention_forward` -> `scaled_dot_product_attention`, where a TorchFunctionMode is
 switched off), C++ (`gru`'s cells call `at::linear`), or the autograd engine (a checkpoint's
 recompute). Under `torch.inference_mode` the autograd keys are skipped: the recorder (or, in a
-sizing run, the CPU/Meta backend key) hands the op to the lens instead.
+sizing run, the CPU backend key) hands the op to the lens instead.
 """
 
 from __future__ import annotations
