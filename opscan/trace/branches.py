@@ -12,7 +12,6 @@ nn.TransformerEncoder(Layer)'s fast paths need no row: hooks.FastPathGate keeps 
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import sys
 import types
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ SRC_FOREACH = ("torch/utils/_foreach_utils.py _device_has_foreach_support: devic
 SRC_INTERPOLATE = ("torch/nn/functional.py interpolate: `if not input.is_cpu and "
                    "torch.are_deterministic_algorithms_enabled()` -> torch._decomp.decompositions._upsample_linear_vec "
                    "(torch 2.14.1 lines 5267, 5287; docs/device_branches.md)")
-SRC_FLOAT32 = ("transformers {version} {file}: `{text}` (MPS has no float64, so the function computes in float32 "
+SRC_FLOAT32 = ("transformers 5.24.0 {file}: `{text}` (MPS has no float64, so the function computes in float32 "
                "there; docs/device_branches.md)")
 FLOAT32_SITES = (  # (module, function, file:line, the test) — transformers 5.24.0, the version the audit read
     ("transformers.models.aimv2.modeling_aimv2", "build_2d_sinusoidal_position_embedding",
@@ -112,13 +111,6 @@ def _float32_branch(original: Callable) -> Callable:
     return copy
 
 
-def _transformers_version() -> str:
-    try:
-        return importlib.metadata.version("transformers")
-    except Exception:  # noqa: BLE001 - not installed: the rows never apply
-        return "?"
-
-
 ROWS = (
     PyBranch("mps-no-foreach-clip", "torch.nn.utils.clip_grad", "_has_foreach_support", _as_mps,
              "clip_grad_norm_/clip_grad_value_ with foreach=None: MPS is not in the foreach list, so the per-tensor "
@@ -134,7 +126,7 @@ ROWS = (
              SRC_INTERPOLATE, import_it=True, applies=_deterministic_vec),
     *(PyBranch("mps-float32-branch", module, name, _float32_branch,
                f"{name} computes in float32 on MPS, float64 elsewhere",
-               SRC_FLOAT32.format(version=_transformers_version(), file=where, text=text))
+               SRC_FLOAT32.format(file=where, text=text))
       for module, name, where, text in FLOAT32_SITES),
 )
 
