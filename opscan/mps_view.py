@@ -51,6 +51,7 @@ class MpsCall:
     rule: str | None = None  # the rewrite that produced it
     callees: tuple[tuple[OpKey, tuple[str, ...]], ...] | None = None  # composite: what it runs
     attrs: tuple = ()
+    call: tuple | None = None  # a lens group's high-level call: its tensors' metadata and argspec (Group.call)
 
 
 def mps_view(trace: Trace) -> tuple[MpsCall, ...]:
@@ -104,7 +105,7 @@ def _forward_group(trace: Trace, group: Group) -> MpsCall:
     return MpsCall(
         index=first.index, op=group.forward, phase=first.phase, module=group.module or first.module,
         inputs=first.inputs, outputs=calls[-1].outputs, dtypes=group.dtypes, cpu_op=_primary(calls),
-        rule=group.rule,
+        rule=group.rule, call=group.call,
     )
 
 

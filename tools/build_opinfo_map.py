@@ -20,6 +20,10 @@ aten overloads each sample dispatches, then attributes the OpInfo to overloads b
 * `none`: nothing could be attributed (samples failed, or only common ops ran): that OpInfo's
   expectations are not applied to any aten op.
 
+The MPS view's device branches are recorded too, qualified by the input's rank (`mps_branch`:
+`nn.functional.conv_transpose3d` -> `_mps_convolution_transpose@5`), and attributed by `samples`, so
+an expectation reaches the op MPS runs for that rank only.
+
 An OpInfo failing for int64 therefore marks only the op that is characteristic of it, never every
 op its samples touch. Each line also keeps the dtypes the OpInfo is tested in on MPS
 (`supported_dtypes("mps")`): classify.py flags a dtype only when every OpInfo mapped to the op that
@@ -74,6 +78,7 @@ def record_samples(op, torch) -> tuple[str, list[set[str]]]:
             key = OpKey.of(func)
             if key.namespace == "aten":
                 self.seen.add(key.yaml_name)
+                self.seen.update(mps_branch(key.yaml_name, args))
             return func(*args, **(kwargs or {}))
 
     supported = op.supported_dtypes("cpu")
@@ -97,10 +102,21 @@ def record_samples(op, torch) -> tuple[str, list[set[str]]]:
     return str(dtype).removeprefix("torch."), runs
 
 
+def mps_branch(name: str, args) -> tuple[str, ...]:
+    """The MPS view's op for a device-branching call, qualified by its input's rank (`OP@RANK`):
+    `convolution` -> `_mps_convolution@4` or `_mps_convolution_transpose@5` (mps_view.py, rule
+    mps-convolution). One MPS kernel serves every rank, and PyTorch's expectations differ per rank
+    (conv_transpose3d fails in float16, conv_transpose2d does not), so the rank keeps them apart."""
+    if name != "convolution" or len(args) < 7 or not hasattr(args[0], "dim"):
+        return ()
+    op = "_mps_convolution_transpose" if args[6] else "_mps_convolution"
+    return (f"{op}@{args[0].dim()}",)
+
+
 def attribute(name: str, runs: list[set[str]], df: Counter, cia_mps: set[str]) -> tuple[str, list[str]]:
     """(method, overloads) for one OpInfo; see the module docstring."""
     seen = set().union(*runs) if runs else set()
-    spelled = {o for o in seen | cia_mps if name in opinfo_candidates(OpKey.from_yaml(o).name)}
+    spelled = {o for o in seen | cia_mps if "@" not in o and name in opinfo_candidates(OpKey.from_yaml(o).name)}
     if spelled:
         return "name", sorted(spelled)
     common = [o for o in seen

@@ -29,6 +29,8 @@ from opscan.errors import OpscanError
 from opscan.knowledge.build import YAML, installed_file, read_installed
 from opscan.knowledge.common_mps import CommonMps, Macos, from_records, parse_macos
 from opscan.knowledge.entry import load_store, release_key
+from opscan.knowledge.kernel_checks import CHECKS_PATH
+from opscan.knowledge.kernel_rules import RULES_PATH, Limits, release_limits
 from opscan.knowledge.facts import (
     FACTS_PATH,
     TORCHVISION_PATH,
@@ -71,6 +73,7 @@ class Knowledge:
     macos_source: str = ""
     notes: tuple[str, ...] = ()
     opinfo: OpinfoMap | None = field(default=None, repr=False)
+    limits: Limits | None = field(default=None, repr=False)  # runtime checks of the MPS kernels (kernel_rules.py)
 
     @property
     def yaml_source(self) -> str:
@@ -140,7 +143,7 @@ def _load(yaml_path: str | None, release: str | None, macos: str | None) -> Know
         installed_release=installed, kb_version=_version(table, yaml_release, all_facts, entry),
         origin="custom" if yaml_path else origin, entry=entry, macos=assumed, macos_source=macos_source,
         notes=tuple(notes + fact_notes + (["overloads from a given native_functions.yaml"] if yaml_path else [])),
-        opinfo=load_opinfo_map(),
+        opinfo=load_opinfo_map(), limits=release_limits(release),
     )
 
 
@@ -233,7 +236,7 @@ def _macos(facts: ReleaseFacts, macos: str | None) -> tuple[Macos, str]:
 def _version(table: OpTable, yaml_release: str | None, all_facts: Facts, entry: str | None) -> str:
     """kb_version: the yaml digest, the facts count and a digest of every shipped data file."""
     h = hashlib.sha256()
-    for path in (FACTS_PATH, TORCHVISION_PATH, MAP_PATH):
+    for path in (FACTS_PATH, TORCHVISION_PATH, MAP_PATH, CHECKS_PATH, RULES_PATH):
         try:
             with open(path, "rb") as fh:
                 h.update(fh.read())

@@ -7,6 +7,7 @@ a report row takes the worst of its calls.
 
 from __future__ import annotations
 
+from opscan.predict.kernel_checks import call_args, needs_args
 from opscan.predict.rules import predict_op
 from opscan.knowledge import Knowledge
 from opscan.knowledge.shape_rules import note_from_shapes
@@ -39,13 +40,14 @@ def predict_call(call: MpsCall, kb: Knowledge, cache: dict) -> Classification:
     note = note_from_shapes(call.op, [t.shape for t in call.inputs], [t.shape for t in call.outputs])
     if note and any(d < 0 for dims in note.values() for d in dims):
         note = None  # a size that depends on values (-1 under fake tensors): no shape rule can judge it
-    key = (call.op, call.dtypes, call.callees, repr(note), call.cpu_op, call.rule)
+    args = call_args(call) if needs_args(call.op, kb) else None
+    key = (call.op, call.dtypes, call.callees, repr(note), call.cpu_op, call.rule, repr(args))
     if key not in cache:
-        cache[key] = _classify(call, kb, note)
+        cache[key] = _classify(call, kb, note, args)
     return cache[key]
 
 
-def _classify(call: MpsCall, kb: Knowledge, note) -> Classification:
+def _classify(call: MpsCall, kb: Knowledge, note, args=None) -> Classification:
     if call.callees == () and not _wide(call.dtypes):
         return Classification(Verdict.NATIVE, Evidence(
             "composite-metadata",
@@ -56,7 +58,8 @@ def _classify(call: MpsCall, kb: Knowledge, note) -> Classification:
     if call.rule == "mps-copy" and not _wide(call.dtypes):
         return Classification(Verdict.NATIVE, Evidence(
             "mps-copy", f"copy_ into or out of an MPS tensor runs MPS's own copy (torch {kb.release})", SRC_COPY))
-    found = predict_op(call.op, call.dtypes, kb, callees=call.callees or None, args_note=note, cpu_op=call.cpu_op)
+    found = predict_op(call.op, call.dtypes, kb, callees=call.callees or None, args_note=note, cpu_op=call.cpu_op,
+                       args=args)
     if call.rule and found.verdict == Verdict.NATIVE:
         text = f"{found.evidence.text}; MPS dispatches it where the CPU trace shows {call.cpu_op} (rule {call.rule})"
         return Classification(found.verdict, Evidence(found.evidence.rule, text, found.evidence.source),

@@ -4,10 +4,12 @@ Each row has a `status` (the verdict `predict.rules.predict_op` gives the overlo
 `kernel` (what serves it on MPS: `mps` an MPS kernel in native_functions.yaml, own or via its
 structured delegate, or registered by hand; `composite` a composite kernel running other ops;
 `python` a Python registration; `cpu_fallback` the always-CPU list; `none`), `since` (the first
-covered release where its status is native) and the evidence. A composite gets the status of its
-callees where they are known from the yaml alone (an `autogen:` overload calls the overload it was
-generated from), else `unknown`. `diff` compares two releases: kernel changes and status changes
-are listed apart (a kernel that became a composite may keep its status). No torch import.
+covered release where its status is native), the evidence and `limits`: the runtime checks of its MPS
+kernel in that release (kernel_checks.txt), each marked encoded or not. A composite gets the status of
+what it calls (predict.composites: an `autogen:` overload calls the overload it was generated from; the
+others the callees recorded on OpInfo samples at build time, judged release by release), else `unknown`
+with the reason. `diff` compares two releases: kernel changes and status changes are listed apart (a
+kernel that became a composite may keep its status). No torch import.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from opscan.predict.rules import predict_op
 from opscan.knowledge import Knowledge, load_knowledge
+from opscan.predict.composites import judge
 from opscan.opkey import OpKey
 from opscan.verdict import Classification, Evidence, Verdict
 
@@ -36,11 +38,20 @@ class CoverageRow:
     kernel: str
     since: str | None
     evidence: Evidence
+    limits: tuple[dict, ...] = ()  # the runtime checks of its MPS kernel (see limits_of)
 
     def to_dict(self) -> dict:
         """JSON form (`op`/`overload` as in the report contract)."""
         return {"op": self.op.op, "overload": self.op.overload, "status": self.status.value,
-                "kernel": self.kernel, "since": self.since, "evidence": self.evidence.to_dict()}
+                "kernel": self.kernel, "since": self.since, "evidence": self.evidence.to_dict(),
+                "limits": list(self.limits)}
+
+    @property
+    def limits_cell(self) -> str:
+        """`checks/encoded` for the table (`-` without checks)."""
+        if not self.limits:
+            return "-"
+        return f"{len(self.limits)}/{sum(1 for lim in self.limits if lim['encoded'])}"
 
 
 @dataclass(frozen=True)
@@ -80,10 +91,19 @@ def kernel_of(op: OpKey, kb: Knowledge) -> str:
 
 
 def status_of(op: OpKey, kb: Knowledge) -> Classification:
-    """The dtype-free verdict; an autogen'd overload is judged by the overload it calls."""
-    entry = kb.yaml.get(op)
-    callees = ((entry.autogen_from, ()),) if entry is not None and entry.autogen_from else None
-    return predict_op(op, (), kb, callees=callees)
+    """The dtype-free verdict; a composite is judged by what it calls (predict.composites)."""
+    return judge(op, kb)
+
+
+def limits_of(op: OpKey, kb: Knowledge) -> tuple[dict, ...]:
+    """The runtime checks of op's MPS kernel in kb's release: message, kind, where, encoded (rule id or None)."""
+    if kb.limits is None or op.namespace != "aten":
+        return ()
+    encoded = {c.id: r.id for r, c in kb.limits.encoded}
+    checks = list(kb.limits.by_op.get(op.yaml_name, ()))
+    checks += [c for r, c in kb.limits.rules_for(op.yaml_name) if c not in checks]
+    return tuple({"id": c.id, "message": c.message.strip(), "kind": c.kind, "where": c.where,
+                  "encoded": encoded.get(c.id)} for c in checks)
 
 
 def _statuses(kb: Knowledge) -> dict[OpKey, Classification]:
@@ -111,7 +131,7 @@ def coverage(release: str | None = None, macos: str | None = None, with_since: b
     kb = load_knowledge(release=release, macos=macos)
     statuses = _statuses(kb)
     since = _since(statuses, macos) if with_since else {}
-    rows = tuple(CoverageRow(op, found.verdict, kernel_of(op, kb), since.get(op), found.evidence)
+    rows = tuple(CoverageRow(op, found.verdict, kernel_of(op, kb), since.get(op), found.evidence, limits_of(op, kb))
                  for op, found in sorted(statuses.items()))
     return Coverage(kb.release, ".".join(map(str, kb.macos)), kb.macos_source, kb.kb_version, kb.origin,
                     kb.notes, rows)
@@ -170,10 +190,10 @@ def table(cov: Coverage) -> str:
              "status: " + " · ".join(f"{v} {n}" for v, n in sorted(s["status"].items())),
              *(f"note: {n}" for n in cov.notes)]
     width = max((len(r.op.display) for r in cov.rows), default=2)
-    lines.append(f"{'op':<{width}}  {'kernel':<12}  {'status':<17}  {'since':<7}  rule")
+    lines.append(f"{'op':<{width}}  {'kernel':<12}  {'status':<17}  {'since':<7}  {'checks':<6}  rule")
     for r in cov.rows:
         lines.append(f"{r.op.display:<{width}}  {r.kernel:<12}  {r.status.value:<17}  "
-                     f"{r.since or '-':<7}  {r.evidence.rule}")
+                     f"{r.since or '-':<7}  {r.limits_cell:<6}  {r.evidence.rule}")
     return "\n".join(lines) + "\n"
 
 

@@ -23,6 +23,7 @@ import functools
 
 from opscan.knowledge import Knowledge
 from opscan.knowledge.common_mps import parse_macos
+from opscan.knowledge.kernel_rules import TensorArg
 from opscan.verdict import Classification, Evidence, Verdict
 
 CHECK_ON_MAC = "check on a Mac with PYTORCH_MPS_LOG_PROFILE_INFO=68"
@@ -148,7 +149,27 @@ def opinfos_for(c) -> tuple[str, ...]:
     names = [c.op] + ([c.cpu_op] if c.cpu_op is not None else [])
     families = _families(c.kb)
     found = [o for op in names if op.namespace == "aten" for o in families.get(_family(c.kb, op.yaml_name), ())]
+    rank = _rank(c)
+    if rank is not None:  # a device-branch op of the MPS view, mapped per input rank (`OP@RANK`)
+        found += families.get(f"{c.op.yaml_name}@{rank}", ())
     return tuple(dict.fromkeys(found))
+
+
+def _rank(c) -> int | None:
+    """The rank of the call's first argument, when its arguments were recorded (predict.kernel_checks)."""
+    values = c.args.values if getattr(c, "args", None) is not None else ()
+    return values[0].dim if values and isinstance(values[0], TensorArg) else None
+
+
+def ranked(kb: Knowledge, op) -> bool:
+    """Whether opinfo_map.txt maps OpInfos to `op` per input rank (then its calls need their arguments)."""
+    return kb.opinfo is not None and op.namespace == "aten" and op.yaml_name in _ranked_names(kb)
+
+
+@functools.lru_cache(maxsize=64)
+def _ranked_names(kb: Knowledge) -> frozenset[str]:
+    """The ops opinfo_map.txt maps per rank (cached per knowledge base)."""
+    return frozenset(k.split("@", 1)[0] for k in _families(kb) if "@" in k)
 
 
 def _family(kb: Knowledge, name: str) -> str:

@@ -4,8 +4,11 @@ For each report row, `since` is the first covered torch release where every call
 predicted `native`; the upgrade advice names the smallest release after the predicted-for one where
 every row is native (the newest patch of that release series, which shares its entry). The calls
 are the MPS view traced with the installed torch for the predicted-for release: decompositions and
-the view's rewrites can differ in other releases (the report says so). Releases that share an entry
-and a facts series get the same verdicts, so each such group is judged once.
+the view's rewrites can differ in other releases (the report says so). A row whose op the
+predicted-for release does not declare (`_safe_softmax` predicted for 2.3.0: the installed torch's
+own decomposition) says nothing about what that release runs, so it never decides the advice; the
+advice says how many such rows it set aside. Releases that share an entry and a facts series get the
+same verdicts, so each such group is judged once.
 """
 
 from __future__ import annotations
@@ -73,8 +76,22 @@ def since_of(native: dict[str, dict[RowKey, bool]]) -> dict[RowKey, str | None]:
     return {key: next((r for r, rows in native.items() if rows[key]), None) for key in keys}
 
 
-def advise(release: str, native: dict[str, dict[RowKey, bool]], current_native: bool) -> Upgrade:
-    """The smallest covered release after `release` where every row is native."""
+def advise(release: str, native: dict[str, dict[RowKey, bool]], current_native: bool,
+           foreign: frozenset = frozenset()) -> Upgrade:
+    """The smallest covered release after `release` where every row is native; rows in `foreign` (ops
+    `release` does not declare) are set aside, and the advice says so."""
+    native = {r: {k: ok for k, ok in rows.items() if k not in foreign} for r, rows in native.items()}
+    found = _advise(release, native, current_native)
+    if not foreign:
+        return found
+    n = len(foreign)
+    aside = (f" ({n} {'row is an op' if n == 1 else 'rows are ops'} torch {release} does not declare: the installed "
+             f"torch's own decomposition, whose path in {release} is not known, set aside)")
+    return replace(found, text=found.text + aside)
+
+
+def _advise(release: str, native: dict[str, dict[RowKey, bool]], current_native: bool) -> Upgrade:
+    """advise() for the rows kept."""
     groups = {g.first: g for g in release_groups()}
     later = [r for r in native if release_key(groups[r].newest) > release_key(release)]
     checked = tuple(groups[r].newest for r in later)
@@ -100,11 +117,13 @@ def history(rows: dict[RowKey, Sequence], classify: Callable[[object, Knowledge]
     """(row -> since, upgrade advice) for a scan predicted with `kb`.
 
     `rows`: row key -> its distinct calls; `classify(call, kb)` judges one call; `current`: each
-    row's verdict for kb.release. An explicit --macos (kb.macos_source) is kept for every release."""
+    row's verdict for kb.release. An explicit --macos (kb.macos_source) is kept for every release.
+    Rows of aten ops kb's release does not declare are set aside from the advice (module docstring)."""
     macos = ".".join(map(str, kb.macos)) if kb.macos_source == "--macos" else None
     native = judge(rows, classify, macos)
-    current_native = all(v == Verdict.NATIVE for v in current.values())
-    return since_of(native), advise(kb.release, native, current_native)
+    foreign = frozenset(k for k in rows if k[0].namespace == "aten" and not kb.yaml.has(k[0]))
+    current_native = all(v == Verdict.NATIVE for k, v in current.items() if k not in foreign)
+    return since_of(native), advise(kb.release, native, current_native, foreign)
 
 
 def distinct_calls(view, verdicts) -> tuple[dict[RowKey, list], dict[RowKey, Verdict]]:

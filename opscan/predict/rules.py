@@ -14,6 +14,7 @@ rules below in order and the first that applies decides (dtype rules: dtype_rule
 | 2 | `always-cpu` | `cpu_fallback`: MPSFallback.mm sends it to the CPU whatever the variable says |
 | 3 | `error-stub` | `error`: `_slow_conv2d_forward`'s MPS stub (mixed devices) |
 | 4 | `shape-<id>` | `error`: a kernel check that `args_note` shows will fail (shape_rules.py) |
+| 4c | `kernel-<id>` | `error` / `unsupported_dtype`: an encoded kernel check that `args` fail (kernel_checks.py) |
 | 4b | `dtype-xfail` / `macos-gate` | `unsupported_dtype` / `unknown`: common_mps.py expects the op's OpInfos to fail |
 | 5 | `yaml-mps` / `yaml-mps-delegate` | `native`: an MPS kernel of its own / via its structured delegate |
 | 5 | `mps-outside-yaml` | `native`: an MPS kernel registered by hand (2.0.0's bitwise ops; facts.yaml) |
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 
 from opscan.predict.dtype_rules import CHECK_ON_MAC, complex_support, expected_failure, float64, release_limit
 from opscan.predict.dtype_rules import result as _result
+from opscan.predict.kernel_checks import CallArgs, kernel_check, with_limits
 from opscan.knowledge import Knowledge
 from opscan.knowledge.facts import TorchvisionOp, version_tuple
 from opscan.knowledge.shape_rules import CHECKS
@@ -57,6 +59,7 @@ class _Call:
     callees: Callees | None
     args_note: dict | None
     cpu_op: OpKey | None = None  # the op the CPU trace showed, when the MPS view runs another
+    args: CallArgs | None = None  # the call's arguments, for the kernels' runtime checks
 
     @property
     def release(self) -> str:
@@ -200,6 +203,9 @@ def _not_in_yaml(c: _Call) -> Classification | None:
     if c.kb.yaml.get(c.op) is not None:
         return None
     text = f"{c.op} is not in {c.kb.yaml_source} (predicted for torch {c.release})"
+    if c.kb.installed_release and c.kb.installed_release != c.release:
+        text += (f"; the step was traced with torch {c.kb.installed_release}, whose decomposition dispatched it: "
+                 f"what torch {c.release} runs in its place is not known, and it does not decide the upgrade advice")
     return _result(Verdict.UNKNOWN, "not-in-yaml", text, c.kb.yaml_source, CHECK_ON_MAC)
 
 
@@ -212,7 +218,7 @@ def _no_kernel(c: _Call) -> Classification:
 
 
 _RULES: tuple[Callable[[_Call], Classification | None], ...] = (
-    float64, release_limit, complex_support, _always_cpu, _error_stub, _shape_error, expected_failure,
+    float64, release_limit, complex_support, _always_cpu, _error_stub, _shape_error, kernel_check, expected_failure,
     _yaml_mps, _outside_yaml, _python_registration, _distributed, _other_namespace, _composite, _not_in_yaml,
 )
 
@@ -225,6 +231,7 @@ def predict_op(
     callees: Callees | None = None,
     args_note: dict | None = None,
     cpu_op: OpKey | None = None,
+    args: CallArgs | None = None,
 ) -> Classification:
     """Predict what `op` does on MPS for inputs of `dtypes` ("float32", ...) in `kb.release`.
 
@@ -232,10 +239,15 @@ def predict_op(
     not known (a composite then gets `unknown`, never `native`). `args_note`: sizes some kernel
     checks need, keys documented in opscan.knowledge.shape_rules (build it with `note_from_shapes`).
     `cpu_op`: the op the CPU trace showed where the MPS view runs another (its OpInfo expectations count).
+    `args`: the call's arguments (predict.kernel_checks.call_args), read by the kernels' runtime checks; a
+    row native from the yaml names the checks of its kernel that the prediction does not decide.
     """
-    call = _Call(op, tuple(dtypes), kb, tuple(callees) if callees else None, args_note, cpu_op)
+    call = _Call(op, tuple(dtypes), kb, tuple(callees) if callees else None, args_note, cpu_op, args)
     for rule in _RULES:
         result = rule(call)
         if result is not None:
-            return result
+            return with_limits(call, result) if result.evidence.rule in _KERNEL_RULES else result
     return _no_kernel(call)
+
+
+_KERNEL_RULES = frozenset({"yaml-mps", "yaml-mps-delegate"})

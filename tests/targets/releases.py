@@ -50,3 +50,21 @@ class _Attention(nn.Module):
 def attention():
     """The attention module and a (1, 2, 4, 8) query; scanned with --inference, MPS runs its own kernel."""
     return _Attention(), torch.randn(1, 2, 4, 8, generator=torch.Generator().manual_seed(0))
+
+
+class _TrainedAttention(nn.Module):
+    """A linear projection, then self-attention through F.scaled_dot_product_attention with grad."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        q = self.proj(x)
+        return F.scaled_dot_product_attention(q, q, q)
+
+
+def trained_attention():
+    """Attention trained: MPS takes the math path (`_scaled_dot_product_attention_math`), whose softmax the
+    installed torch runs as `_safe_softmax` (2.5.0+); older releases do not declare it."""
+    return _TrainedAttention(), torch.randn(1, 2, 4, 8, generator=torch.Generator().manual_seed(0))

@@ -1,0 +1,126 @@
+"""Predict stage: the runtime checks inside MPS kernels (rule 4c of `predict.rules.predict_op`).
+
+A release's MPS kernels refuse some inputs with their own checks (kernel_checks.txt, read from each
+release's binary). The encoded ones (kernel_rules.yaml) are evaluated on the call's arguments: a check
+that fails makes the call `error` or `unsupported_dtype` (rule `kernel-<id>`), with the kernel's own message
+and file:line. A call predicted `native` from the yaml whose kernel has checks the prediction cannot decide
+says so in its evidence ("the MPS kernel of X has N runtime checks the prediction does not model: …").
+
+`CallArgs` is what a trace knows of a call's arguments: the op whose arguments were recorded and their
+values in schema order (tensors as `TensorArg`). `call_args(call)` builds it from an MPS-view call. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from opscan.knowledge.kernel_rules import KernelRule, TensorArg, evaluate
+from opscan.predict.dtype_rules import result
+from opscan.verdict import Classification, Evidence, Verdict
+
+SHOWN = 4  # unmodelled checks named in a row's evidence (the rest are counted)
+# Argument names of the ops the MPS view replaces by a device branch (native_functions.yaml `func:`), so a
+# rule written for the MPS op's schema reads the recorded op's arguments by name.
+RECORDED = {
+    "convolution": ("input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding",
+                    "groups"),
+    "convolution_backward": ("grad_output", "input", "weight", "bias_sizes", "stride", "padding", "dilation",
+                             "transposed", "output_padding", "groups", "output_mask"),
+}
+
+
+@dataclass(frozen=True)
+class CallArgs:
+    """A call's arguments as recorded: `values` in the schema order of `recorded` (an aten op name)."""
+
+    recorded: str
+    values: tuple
+
+    def bind(self, rule: KernelRule) -> dict:
+        """Name the values for `rule` (its `args`), through RECORDED when the view replaced the op."""
+        if rule.first_tensor:
+            return {"self": next((v for v in self.values if isinstance(v, TensorArg)), None)}
+        names = RECORDED.get(self.recorded)
+        if names is None:
+            return dict(zip(rule.args, self.values))
+        bound = dict(zip(names, self.values))
+        if "self" in rule.args and "input" in bound:
+            bound["self"] = bound["input"]
+        return bound
+
+
+def call_args(call) -> CallArgs | None:
+    """The CallArgs of an MPS-view call (a lens group's high-level call, else the recorded call)."""
+    group_call = getattr(call, "call", None)
+    if group_call is not None:
+        metas, spec = group_call
+        tensors = [TensorArg(dtype, tuple(shape)) for dtype, shape, _ in metas]
+        values = tuple(_from_spec(v, tensors) for v in spec.get("args", ()))
+        return CallArgs(call.op.name, values + tuple(_from_spec(v, tensors) for v in spec.get("kwargs", {}).values()))
+    tensors = iter(TensorArg(t.dtype, tuple(t.shape)) for t in call.inputs)
+    recorded = call.cpu_op if call.rule == "mps-convolution" and call.cpu_op is not None else call.op
+    return CallArgs(recorded.name, tuple(_from_attr(a, tensors) for a in call.attrs))
+
+
+def _from_spec(value, tensors: list):
+    """One argspec value -> a TensorArg, a list, or a plain value."""
+    if isinstance(value, dict):
+        if "t" in value:
+            return tensors[value["t"]] if value["t"] < len(tensors) else None
+        return next(iter(value.values()), None)  # {"dtype": "float32"}, {"float": "inf"}, ...
+    if isinstance(value, list):
+        return [_from_spec(v, tensors) for v in value]
+    return value
+
+
+def _from_attr(value, tensors):
+    """One recorded attr -> a TensorArg (consuming the next input), a list, or the value."""
+    if value == "<tensor>":
+        return next(tensors, None)
+    if isinstance(value, list):
+        return [_from_attr(v, tensors) for v in value]
+    return value
+
+
+def needs_args(op, kb) -> bool:
+    """Whether predicting `op` reads its call's arguments: an encoded check of its kernel, or dtype
+    expectations mapped per input rank (predict.dtype_rules.ranked)."""
+    from opscan.predict.dtype_rules import ranked
+
+    has_rules = kb.limits is not None and op.namespace == "aten" and bool(kb.limits.rules_for(op.yaml_name))
+    return has_rules or ranked(kb, op)
+
+
+def kernel_check(c) -> Classification | None:
+    """Rule 4c: an encoded check of the op's MPS kernel that the call's arguments fail."""
+    limits = c.kb.limits
+    if limits is None or c.op.namespace != "aten" or c.args is None:
+        return None
+    for rule, check in limits.rules_for(c.op.yaml_name):
+        if evaluate(rule, c.args.bind(rule), c.kb.macos):
+            text = (f"the MPS kernel of {c.op} in torch {c.release} raises for this call: '{check.message.strip()}' "
+                    f"({rule.kind} check {rule.condition}; {check.macro} in {check.function})")
+            source = f"{check.where} [bin]; condition: {rule.source}"
+            verdict = Verdict(rule.verdict)
+            return result(verdict, f"kernel-{rule.id}", text, source, rule.remedy)
+    return None
+
+
+def with_limits(c, found: Classification) -> Classification:
+    """A native yaml verdict, with the checks of its kernel that the prediction does not decide named."""
+    limits = c.kb.limits
+    if limits is None or c.op.namespace != "aten":
+        return found
+    name = c.op.yaml_name
+    undecided = [check for rule, check in limits.rules_for(name)
+                 if c.args is None or evaluate(rule, c.args.bind(rule), c.kb.macos) is None]
+    open_checks = list(dict.fromkeys([*limits.unmodelled(name), *undecided]))
+    if not open_checks:
+        return found
+    named = "; ".join(f"'{k.message.strip()}' ({k.file.rsplit('/', 1)[-1]}:{k.line or '?'})"
+                      for k in open_checks[:SHOWN])
+    more = f"; and {len(open_checks) - SHOWN} more" if len(open_checks) > SHOWN else ""
+    text = (f"{found.evidence.text}; the MPS kernel of {c.op} has {len(open_checks)} runtime "
+            f"check{'s' if len(open_checks) != 1 else ''} the prediction does not model: {named}{more}")
+    source = f"{found.evidence.source} + kernel_checks.txt (torch {limits.release} wheel) [bin]"
+    return Classification(found.verdict, Evidence(found.evidence.rule, text, source), found.remedy, found.since)

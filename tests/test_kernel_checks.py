@@ -1,0 +1,181 @@
+"""Runtime checks inside MPS kernels: kernel_checks.txt (read from the wheels), kernel_rules.yaml, rule 4c.
+
+- the two steps of issue 15: an LSTM with proj_size and a float16 ConvTranspose3d are flagged with the
+  kernel's own message and file:line, and their lane is not mac-first;
+- one encoded check per kind (dtype, rank, size, flag, macOS), each on both sides of its condition;
+- a native row whose kernel has checks the prediction does not model says so;
+- the data: every release's count, every rule matched to a check, the parsers and the condition language.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from opscan.knowledge import load_knowledge
+from opscan.knowledge.kernel_checks import expand, kind_of, load_checks, parse_checks, ranges
+from opscan.knowledge.kernel_rules import TensorArg, compile_when, load_rules, rule_for
+from opscan.opkey import OpKey
+from opscan.predict.kernel_checks import CallArgs
+from opscan.predict.rules import predict_op
+from opscan.scan import ScanOptions, scan
+from opscan.verdict import Verdict
+
+from conftest import TARGETS
+
+LIMITS = f"{TARGETS / 'kernel_limits.py'}"
+K = OpKey.parse
+
+
+def _row(report, name: str):
+    return next(r for r in report.rows if r.op.name == name)
+
+
+def test_lstm_with_projections_is_an_error_with_the_kernels_message():
+    report = scan(ScanOptions(f"{LIMITS}:lstm_proj", torch_version="2.14.1"))
+    row = _row(report, "_lstm_mps")
+    assert row.verdict == Verdict.ERROR and row.evidence.rule == "kernel-lstm-projections"
+    assert "LSTM with projections is not currently supported with MPS." in row.evidence.text
+    # __LINE__ as compiled into the 2.14.1 dylib (git 5c48869), read by tools/build_kernel_checks.py
+    assert "aten/src/ATen/native/mps/operations/RnnOps.mm:102" in row.evidence.source
+    assert report.lane.name != "mac-first"
+    plain = scan(ScanOptions(f"{LIMITS}:lstm", torch_version="2.14.1"))
+    assert _row(plain, "_lstm_mps").verdict == Verdict.NATIVE  # h0 and c0 both have 64 features
+
+
+def test_conv_transpose3d_in_float16_is_an_unsupported_dtype_with_the_kernels_message():
+    report = scan(ScanOptions(f"{LIMITS}:unet3d", dtype="float16", torch_version="2.14.1"))
+    row = _row(report, "_mps_convolution_transpose")
+    assert row.verdict == Verdict.UNSUPPORTED_DTYPE and row.evidence.rule == "kernel-conv-transpose-3d-half"
+    assert "ConvTranspose 3D with BF16 or FP16 types is not supported on MPS" in row.evidence.text
+    assert "Convolution.mm:1143" in row.evidence.source
+    assert report.lane.name != "mac-first"
+    fp32 = scan(ScanOptions(f"{LIMITS}:unet3d", torch_version="2.14.1"))
+    assert _row(fp32, "_mps_convolution_transpose").verdict == Verdict.NATIVE
+
+
+def _predict(op: str, values: tuple, macos: str | None = None, release: str = "2.14.1"):
+    kb = load_knowledge(release=release, macos=macos)
+    key = K(op)
+    return predict_op(key, ("float32",), kb, args=CallArgs(key.name, values))
+
+
+def test_dtype_check_fires_on_five_dimensional_half_input_only():
+    x5h = TensorArg("float16", (1, 4, 4, 4, 4))
+    assert _predict("aten::_mps_convolution_transpose", (x5h,)).verdict == Verdict.UNSUPPORTED_DTYPE
+    x4h = TensorArg("float16", (1, 4, 4, 4))  # ConvTranspose2d: rank 4, the check does not apply
+    assert _predict("aten::_mps_convolution_transpose", (x4h,)).verdict == Verdict.NATIVE
+
+
+def test_rank_check_dot_needs_two_vectors():
+    found = _predict("aten::dot", (TensorArg("float32", (3, 4)), TensorArg("float32", (3, 4))))
+    assert found.verdict == Verdict.ERROR and found.evidence.rule == "kernel-dot-1d"
+    assert _predict("aten::dot", (TensorArg("float32", (4,)), TensorArg("float32", (4,)))).verdict == Verdict.NATIVE
+
+
+def test_size_check_norm_refuses_more_than_2_pow_32_elements():
+    big = TensorArg("float32", (65536, 65537))  # 65536 * 65537 = 4,295,032,832 > 2**32 = 4,294,967,296
+    found = _predict("aten::linalg_vector_norm", (big,))
+    assert found.verdict == Verdict.ERROR and "64-bit indexing" in found.evidence.text
+    small = TensorArg("float32", (65536, 65536))  # exactly 2**32: canUse32BitIndexMath still holds
+    assert _predict("aten::linalg_vector_norm", (small,)).verdict == Verdict.NATIVE
+    unknown = TensorArg("float32", (-1, 65537))  # a size known only at run time: not decided
+    assert _predict("aten::linalg_vector_norm", (unknown,)).verdict == Verdict.NATIVE
+
+
+def test_flag_check_svd_driver():
+    a = TensorArg("float32", (4, 4))
+    found = _predict("aten::_linalg_svd", (a, False, True, "gesvd"))
+    assert found.verdict == Verdict.ERROR and found.evidence.rule == "kernel-svd-driver"
+    assert _predict("aten::_linalg_svd", (a, False, True, None)).verdict == Verdict.NATIVE
+
+
+def test_macos_gate_matrix_exp_below_15():
+    a = (TensorArg("float32", (3, 3)),)
+    found = _predict("aten::linalg_matrix_exp", a)  # 2.14.1's minimum macOS is 14.0 (facts.yaml)
+    assert found.verdict == Verdict.ERROR and found.evidence.rule == "kernel-matrix-exp-macos-15"
+    assert "LinearAlgebra.cpp" in found.evidence.source
+    assert _predict("aten::linalg_matrix_exp", a, macos="15.0").verdict != Verdict.ERROR
+
+
+def test_a_native_row_names_the_checks_the_prediction_does_not_model():
+    kb = load_knowledge(release="2.14.1")
+    found = predict_op(K("aten::_embedding_bag"), ("float32", "int64", "int64"), kb)
+    assert found.verdict == Verdict.NATIVE
+    assert "runtime checks the prediction does not model" in found.evidence.text
+    assert "EmbeddingBag.mm" in found.evidence.text and "kernel_checks.txt" in found.evidence.source
+
+
+def test_every_release_has_its_checks_and_every_rule_its_check():
+    checks = load_checks()
+    assert checks.releases[0] == "2.0.0" and checks.releases[-1] == "2.14.1" and len(checks.releases) == 27
+    counts = {r: checks.count(r) for r in checks.releases}
+    assert all(n > 250 for n in counts.values()), counts  # every release's MPS sources have hundreds
+    assert counts["2.14.1"] > counts["2.0.0"]  # the backend grew
+    rules = load_rules()
+    for rule in rules:
+        assert any(rule_for(c, rules) is rule for c in checks.checks), rule.id
+    lstm = next(c for c in checks.checks if c.message.startswith("LSTM with projections"))
+    assert "2.0.0" in lstm.releases and "2.14.1" in lstm.releases and lstm.ops == ("_lstm_mps",)
+    assert len({c.id for c in checks.checks}) == len(checks.checks)
+
+
+def test_kinds_are_read_from_the_message():
+    assert kind_of("ConvTranspose 3D with BF16 or FP16 types is not supported on MPS") == "dtype+rank"
+    assert kind_of("Tiling of batch matmul for larger than 2**32 entries only available from MacOS15 "
+                   "onwards") == "rank+size+macos"
+    assert kind_of("Output channels > 65536 not supported at the MPS device. ") == "size"
+    assert kind_of("Tensor for argument input is on  …  but expected on mps") == "other"
+
+
+def test_release_ranges_round_trip():
+    order = ["2.0.0", "2.1.0", "2.2.0", "2.3.0", "2.4.0"]
+    members = {"2.0.0", "2.1.0", "2.3.0"}
+    assert ranges(members, order) == "2.0.0-2.1.0,2.3.0"
+    assert expand("2.0.0-2.1.0,2.3.0", order) == members
+
+
+def test_parse_refuses_a_malformed_line_and_the_language_refuses_calls():
+    with pytest.raises(ValueError):
+        parse_checks("release 2.0.0 abc\nkc-1\tTORCH_CHECK\n")
+    with pytest.raises(ValueError):
+        compile_when("__import__('os').system('true')")
+    with pytest.raises(ValueError):
+        compile_when("self.storage")
+
+
+def test_dtype_expectations_reach_the_mps_views_convolution_per_rank():
+    # opinfo_map.txt: nn.functional.conv_transpose2d -> _mps_convolution_transpose@4 (its samples' input rank);
+    # common_mps.py (2.8+): UNIMPLEMENTED_XFAILLIST["nn.functional.conv_transpose2d"] = [bfloat16, int64]
+    x4 = TensorArg("bfloat16", (1, 4, 8, 8))
+    found = _predict_dtype("aten::_mps_convolution_transpose", "bfloat16", (x4,))
+    assert found.verdict == Verdict.UNSUPPORTED_DTYPE and found.evidence.rule == "dtype-xfail"
+    assert "nn.functional.conv_transpose2d" in found.evidence.text
+    assert "nn.functional.conv_transpose3d" not in found.evidence.text  # rank 5 only
+    assert _predict_dtype("aten::_mps_convolution_transpose", "float16",
+                          (TensorArg("float16", (1, 4, 8, 8)),)).verdict == Verdict.NATIVE
+    # rank 5 in float16: conv_transpose3d's expectation; the kernel's own check decides first (rule 4c)
+    x5 = TensorArg("float16", (1, 4, 4, 4, 4))
+    assert _predict_dtype("aten::_mps_convolution_transpose", "float16", (x5,)).evidence.rule == \
+        "kernel-conv-transpose-3d-half"
+    report = scan(ScanOptions(f"{LIMITS}:unet2d", dtype="bfloat16", torch_version="2.14.1"))
+    row = _row(report, "_mps_convolution_transpose")
+    assert row.verdict == Verdict.UNSUPPORTED_DTYPE and row.evidence.rule == "dtype-xfail"
+
+
+def _predict_dtype(op: str, dtype: str, values: tuple):
+    kb = load_knowledge(release="2.14.1")
+    key = K(op)
+    return predict_op(key, (dtype, dtype), kb, args=CallArgs(key.name, values))
+
+
+def test_message_patterns_encode_dtype_checks_the_message_states():
+    # ActivationKernel/UnaryKernel: "Not implemented for long" (softplus; kernel_checks.txt, 2.14.1)
+    found = _predict_dtype("aten::softplus", "int64", (TensorArg("int64", (4,)), 1, 20))
+    assert found.verdict == Verdict.UNSUPPORTED_DTYPE and found.evidence.rule == "kernel-long-input"
+    assert "Not implemented for long" in found.evidence.text
+    assert _predict_dtype("aten::softplus", "float32", (TensorArg("float32", (4,)), 1, 20)).verdict == Verdict.NATIVE
+    # "nextafter_mps not implemented for non-floating types"
+    found = _predict_dtype("aten::nextafter", "int32", (TensorArg("int32", (4,)), TensorArg("int32", (4,))))
+    assert found.evidence.rule == "kernel-non-floating"
+    limits = load_knowledge(release="2.14.1").limits
+    assert len(limits.encoded) >= 40  # six hand-written rules and the message patterns' checks
