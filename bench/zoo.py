@@ -8,7 +8,7 @@ non-native rows and the predicted lane, and checks them against what the manifes
 - `lane`: the lane MPS really earns (every non-native row explained below, with its source);
 - `non_native`: the non-native rows as "op verdict" keys of the manifest's `reasons` table, each a one-line
   reason why the row is true, with its source;
-- `known_wrong`: set on an entry whose predicted lane is wrong until another issue lands (the reason says
+- `known_wrong`: set on an entry whose predicted lane is known to be wrong (the reason says why and
   which); its lane check is reported, not counted.
 
 A model is a mismatch when its lane differs from `lane` (and it is not known-wrong), when a non-native row is
@@ -130,7 +130,7 @@ def markdown(results: list[Result], reasons: dict[str, str]) -> str:
     lines += [f"- `{k}`: {reasons.get(k, '**UNEXPLAINED**')}" for k in used]
     wrong = [r for r in results if r.entry.get("known_wrong")]
     if wrong:
-        lines += ["", "Known-wrong lanes (predicted lane differs from MPS's until the named issue lands):", ""]
+        lines += ["", "Known-wrong lanes (the predicted lane differs from what MPS does, for the reason given):", ""]
         lines += [f"- {r.name}: {r.entry['known_wrong']}" for r in wrong]
     return "\n".join(lines)
 
