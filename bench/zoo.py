@@ -8,8 +8,8 @@ non-native rows and the predicted lane, and checks them against what the manifes
 - `lane`: the lane MPS really earns (every non-native row explained below, with its source);
 - `non_native`: the non-native rows as "op verdict" keys of the manifest's `reasons` table, each a one-line
   reason why the row is true, with its source;
-- `known_wrong`: set on an entry whose predicted lane is known to be wrong (the reason says why and
-  which); its lane check is reported, not counted.
+- `known_wrong`: set on an entry whose predicted lane is known to be wrong (the reason says why); its lane
+  check is reported, not counted.
 
 A model is a mismatch when its lane differs from `lane` (and it is not known-wrong), when a non-native row is
 not among its `non_native` keys, or when an expected one is gone. The last line is the headline:
