@@ -26,9 +26,9 @@ from typing import Callable
 import torch
 
 from opscan.opkey import OpKey
-from opscan.trace.hooks import FastPathGate, activate, deactivate
 from opscan.trace.argspec import encode
 from opscan.trace.guard import call_through
+from opscan.trace.hooks import FastPathGate, activate, deactivate
 from opscan.trace.records import Group
 
 SRC_YAML = "native_functions.yaml: CompositeImplicitAutograd and MPS entries; derivatives.yaml backward"
@@ -109,7 +109,7 @@ class Lens:
 
     `has_mps_kernel(op)`: does the predicted-for release give `op` an MPS kernel (None: no rows, the plain
     CPU trace); `clock()` is the index of the next recorded call (a group spans [clock before, clock after));
-    `mapper`/`tracker` (the trace's) name the group's module; `paused()` is True while the recorder
+    `tracker` (the trace's ModuleTracker) names the group's module; `paused()` is True while the recorder
     re-runs a composite to record its callees (the lens leaves those calls as they are)."""
 
     def __init__(self, has_mps_kernel: Callable[[OpKey], bool] | None, macos: tuple[int, int],
