@@ -1,6 +1,6 @@
 """Benchmark helper: the real CPU probe backend, except that aten::round segfaults (one injected crash).
 
-Loaded by bench/probe_throughput.py through OPSCAN_PROBE_BACKEND=crash_backend (bench/ on PYTHONPATH).
+Handed to the probe workers by bench/probe_throughput.py as a DeviceDouble (the worker protocol's setup line).
 """
 
 from __future__ import annotations

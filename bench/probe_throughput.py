@@ -23,12 +23,11 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-os.environ["OPSCAN_PROBE_BACKEND"] = "crash_backend"
-os.environ["PYTHONPATH"] = os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")])
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(REPO))
 
 from opscan.knowledge import load_knowledge  # noqa: E402
+from opscan.probe.backends import DeviceDouble  # noqa: E402
 from opscan.mps_view import mps_view  # noqa: E402
 from opscan.probe.calls import make, plan  # noqa: E402
 from opscan.probe.launch import SpawnLauncher  # noqa: E402
@@ -38,6 +37,7 @@ from opscan.scan import ScanOptions, run_trace  # noqa: E402
 from opscan.target.load import load_target  # noqa: E402
 
 TARGET = str(REPO / "examples" / "cnn.py") + ":build_model"
+CRASHER = DeviceDouble("crash_backend", "BACKEND", (str(BENCH),))  # the workers load bench/crash_backend.py
 
 
 def probe_set(max_elements: int | None):
@@ -68,7 +68,8 @@ def per_process(probes, options: RunnerOptions):
                 if not jobs:
                     return
                 probe, pass_name = jobs.pop(0)
-            launcher = SpawnLauncher(options.device, pass_env(pass_name), options.startup_timeout, subprocess.DEVNULL)
+            launcher = SpawnLauncher(options.device, pass_env(pass_name), options.startup_timeout, subprocess.DEVNULL,
+                                     options.double)
             handle, _ = launcher.start()
             outcome = ask(handle, probe, pass_name, options.timeout)
             handle.kill()
@@ -100,7 +101,8 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=0, help="per-process mode on this many probes only")
     args = parser.parse_args()
     probes, crash = probe_set(args.max_elements)
-    options = RunnerOptions(device="cpu", workers=args.workers, timeout=120, on_pass="always", log_path=os.devnull)
+    options = RunnerOptions(device="cpu", workers=args.workers, timeout=120, on_pass="always", log_path=os.devnull,
+                            double=CRASHER)
     print(f"probe set: {len(probes)} probes (resnet18's distinct calls + 1 injected crash), both passes, "
           f"{args.workers} workers")
     pool_s, pool_out = pooled(probes, options)

@@ -1,7 +1,9 @@
 """Report stage: one immutable `Report` built from the trace's rows and their classifications.
 
-Pure data, no torch: reporters and the CLI read it; `to_dict()` is the report JSON (schema v1,
-documented in the README and in opscan/schema/report-v1.json).
+Pure data, no torch: reporters and the CLI read it; `to_dict()` is the report JSON (schema v2,
+documented in the README and in opscan/schema/report-v2.json). Every section says what it rests on: a row
+its `source`, and so do the lane, graph, transfers, upgrade, memory, measurement and repro sections
+("predicted" or "measured"); `mode` is predicted, measured (on mps) or simulated (a test double, tests only).
 """
 
 from __future__ import annotations
@@ -10,11 +12,13 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from opscan.graph.lanes import Lane, decide_lane, reason_of
+from opscan.graph.lanes import Lane
 from opscan.opkey import OpKey
 from opscan.verdict import Classification, Evidence, Source, Verdict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: lane.why (kind, row, text) and lane.source beside lane.reasons; `source` in every section;
+# mode "simulated"; measurement.simulated; comparisons may be unchecked (within null) or by shape
+SECTIONS = ("graph", "transfers", "upgrade", "memory", "measurement", "repro")  # optional, in JSON order
 
 
 @dataclass(frozen=True)
@@ -82,9 +86,12 @@ class Report:
     trace: dict[str, Any]
     modules: tuple[tuple[str, str], ...] = ()
     schema_version: int = SCHEMA_VERSION
-    extra: dict[str, Any] = field(default_factory=dict)
     graph: dict[str, Any] | None = None  # the step graph: counts, each finding's neighbourhood (graph/views.py)
     transfers: dict[str, Any] | None = None  # host<->device copies per step (transfers.py)
+    upgrade: dict[str, Any] | None = None  # which later release makes the rows native (predict/history.py)
+    memory: dict[str, Any] | None = None  # the memory estimate and Mac sizing (memory/section.py)
+    measurement: dict[str, Any] | None = None  # how the probes ran, measured mode only (probe/reconcile.py)
+    repro: dict[str, Any] | None = None  # what the findings' repro scripts need, with --repro (repro/section.py)
     step_graph: Any = field(default=None, repr=False, compare=False)  # the networkx graph, for GraphML only
 
     @property
@@ -117,8 +124,7 @@ class Report:
             "summary": self.summary,
             "lane": self.lane.to_dict(),
             "modules": [{"path": p, "type": t} for p, t in self.modules],
-            **{k: v for k, v in (("graph", self.graph), ("transfers", self.transfers)) if v is not None},
-            **self.extra,
+            **{name: value for name in SECTIONS if (value := getattr(self, name)) is not None},
         }
 
 
@@ -152,34 +158,21 @@ def count_phases(calls) -> dict[str, dict[str, int]]:
     return {p: {"calls": work.get(p, 0), "bookkeeping": books.get(p, 0)} for p in phases}
 
 
-def with_measurements(report: Report, measured: dict, section: dict[str, Any]) -> Report:
-    """The report with each row's measurement (`measured` maps (OpKey, dtypes) to objects with
-    verdict, evidence, remedy and block) and the rows that disagree with their prediction listed
-    first in `measurement.disagreements` (row order is kept: the graph section refers to rows by index).
+def measured_rows(rows: tuple[Row, ...], measured: dict, stands_for_mps: bool) -> tuple[Row, ...]:
+    """Each row with its measurement (`measured` maps (OpKey, dtypes) to objects with verdict, evidence, remedy and
+    block; row order is kept: the graph section refers to rows by index).
 
-    Measured on MPS (`section["stands_for_mps"]`): the row's verdict, evidence and the lane become the
-    measured ones and the prediction moves to `predicted`. Measured on cpu or cuda: the verdicts and
-    the lane stay predicted for MPS and the measurement is only attached (`measured.device` says where).
-    """
-    stands = bool(section.get("stands_for_mps"))
-    rows = tuple(_measured_row(r, measured.get((r.op, r.dtypes)), stands) for r in report.rows)
-    section = {**section, "disagreements": [
-        {"row": i, "op": r.op.display, "dtypes": list(r.dtypes), "predicted": (r.predicted or {}).get(
-            "verdict", r.verdict.value), "measured": r.measured["verdict"]} for i, r in enumerate(rows) if r.disagrees]}
-    assumptions = {**report.assumptions, "measured_on": section.get("device")}
-    memory = (report.extra.get("memory") or {}).get("lane")
-    lane = decide_lane(rows, _transfer_reasons(report), memory) if stands else report.lane
-    return replace(report, rows=rows, mode="measured" if stands else report.mode, assumptions=assumptions,
-                   lane=lane, extra={**report.extra, "measurement": section})
+    Measured on MPS (or a test double of it): the row's verdict, evidence and remedy become the measured ones and
+    the prediction moves to `predicted`. Measured on cpu or cuda: the verdict stays predicted for MPS and the
+    measurement is only attached (its `device` says where)."""
+    return tuple(_measured_row(r, measured.get((r.op, r.dtypes)), stands_for_mps) for r in rows)
 
 
-def _transfer_reasons(report: Report) -> tuple[str, ...]:
-    """The lane's reasons that come from the transfer rule, not from a row's verdict or the memory fit."""
-    if report.lane.name != "linux-gpu-first":
-        return ()
-    memory = ((report.extra.get("memory") or {}).get("lane") or {}).get("reason")
-    from_rows = {reason_of(r) for r in report.rows} | {memory}
-    return tuple(r for r in report.lane.reasons if r not in from_rows)
+def disagreements(rows: tuple[Row, ...]) -> list[dict[str, Any]]:
+    """The rows whose measured verdict differs from their prediction (`measurement.disagreements`)."""
+    return [{"row": i, "op": r.op.display, "dtypes": list(r.dtypes),
+             "predicted": (r.predicted or {}).get("verdict", r.verdict.value), "measured": r.measured["verdict"]}
+            for i, r in enumerate(rows) if r.disagrees]
 
 
 def _measured_row(row: Row, found, stands: bool) -> Row:

@@ -1,4 +1,9 @@
-"""Pipeline: compose target -> trace -> mps_view -> predict -> graph -> report. Nothing else lives here."""
+"""Pipeline: compose target -> trace -> mps_view -> predict -> [probe] -> graph -> report. Nothing else lives here.
+
+Measured on MPS (or a test double of it), the step graph, its transfers and the lane are built from the
+measured verdicts of the MPS view's calls, never from the predicted ones; measured on cpu or cuda they stay
+predicted for MPS. Every section of the report says which (`source`, as every row does).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opscan import __version__
-from opscan.report import Report, RowUse, count_phases, make_row
-from opscan.verdict import Classification
+from opscan.report import Report, RowUse, count_phases, disagreements, make_row, measured_rows
+from opscan.verdict import Classification, Source
 
 
 @dataclass(frozen=True)
@@ -99,52 +104,60 @@ def prepare(options: ScanOptions) -> Prepared:
 
 
 def scan(options: ScanOptions, session=None, prepared: Prepared | None = None) -> Report:
-    """Run the whole predicted scan of one target and return its Report (`prepared`: reuse a trace that
-    prepare(options) already made, as `opscan bundle` does after planning its probes)."""
-    from opscan.predict.history import since_and_upgrade, with_since
-    from opscan.predict.calls import predict_call, decided_by
+    """Run the whole scan of one target — predicted, and measured when `options.probe` — and return its Report
+    (`prepared`: reuse a trace that prepare(options) already made, as `opscan bundle` does after planning its
+    probes; `session` (probe.stage.Session) journals the probes in the report folder and draws the progress bar)."""
+    from opscan.predict.calls import predict_call
 
     prepared = prepared or prepare(options)
-    kb, target, trace, view, trackers = (prepared.kb, prepared.target, prepared.trace, prepared.view,
-                                         prepared.trackers)
+    kb, target, trace, view = prepared.kb, prepared.target, prepared.trace, prepared.view
     cache: dict = {}
-    verdicts = [predict_call(call, kb, cache) for call in view]
-    grouped = collect_rows(view, verdicts)
-    since, upgrade = since_and_upgrade(view, verdicts, kb)
-    rows = tuple(make_row(use, with_since(found, since.get((use.op, use.dtypes)), kb.release))
-                 for use, found in grouped)
-    summary = trace_summary(trace)
-    summary["mps_view_calls"] = len(view)
-    summary["decided_by"] = dict(Counter(decided_by(v) for v in verdicts))
-    summary["mps_view"] = view_summary(trace, view)
-    summary["fake"] = target.fake is not None
-    summary["notes"][:0] = [target.fake.reason] if target.fake is not None else []
-    memory = memory_stage(target, trace, view, kb, options, trackers)
-    report = Report(
-        opscan_version=__version__, kb_version=kb.kb_version, model=options.target, model_name=target.name,
-        mode="predicted", assumptions=_assumptions(trace.torch_version, kb), environment=environment(),
-        phases=count_phases(trace.calls), rows=rows, trace=summary, modules=trace.modules,
-        extra={"upgrade": upgrade.to_dict(), **({"memory": memory} if memory else {})},
-        **graph_stage(trace, view, [v.verdict for v in verdicts], rows, memory),
-    )
+    predicted = [predict_call(call, kb, cache) for call in view]
+    memory = memory_stage(target, trace, view, kb, options, prepared.trackers)
+    measurement = None
+    if options.probe is not None:
+        from opscan.probe.stage import measure
+
+        measurement = measure(trace, view, options.probe, target.name, session)
+    report = build_report(prepared, options, predicted, memory, measurement)
     command = repro_command(options)
-    if options.probe is None:
-        return report if command is None else with_repro(report, trace, view, command)
-    return measured_stage(report, trace, view, options.probe, session, repro=command)
+    return report if command is None else with_repro(report, trace, view, command, measurement)
 
 
-def measured_stage(report: Report, trace, view, probe, session, repro: str | None = None) -> Report:
-    """Probe every distinct call in isolated processes and attach the measurements (measured mode);
-    `session` (probe.stage.Session) journals them in the report folder and draws the progress bar;
-    `repro` (the command line) adds the `repro` section from the measured plan and outcomes."""
-    from opscan.probe.stage import measure
-    from opscan.report import with_measurements
+def build_report(prepared: Prepared, options: ScanOptions, predicted: list, memory, measurement) -> Report:
+    """The Report: rows from the predictions (with their measurements), and the graph, transfers and lane from
+    the verdicts that stand for MPS — the measured ones when the measurement does, else the predicted ones."""
+    from opscan.predict.calls import decided_by
+    from opscan.predict.history import since_and_upgrade, with_since
 
-    measurement = measure(trace, view, probe, report.model_name, session)
-    report = with_measurements(report, measurement.rows, measurement.section)
-    if repro is None:
-        return report
-    return with_repro(report, trace, view, repro, measurement)
+    kb, target, trace, view = prepared.kb, prepared.target, prepared.trace, prepared.view
+    since, upgrade = since_and_upgrade(view, predicted, kb)
+    rows = tuple(make_row(use, with_since(found, since.get((use.op, use.dtypes)), kb.release))
+                 for use, found in collect_rows(view, predicted))
+    verdicts, source = [v.verdict for v in predicted], Source.PREDICTED
+    if measurement is not None:
+        rows = measured_rows(rows, measurement.rows, measurement.stands_for_mps)
+        if measurement.stands_for_mps:
+            verdicts, source = list(measurement.call_verdicts), Source.MEASURED
+    summary = trace_summary(trace)
+    summary.update(mps_view_calls=len(view), decided_by=dict(Counter(decided_by(v) for v in predicted)),
+                   mps_view=view_summary(trace, view), fake=target.fake is not None)
+    summary["notes"][:0] = [target.fake.reason] if target.fake is not None else []
+    return Report(
+        opscan_version=__version__, kb_version=kb.kb_version, model=options.target, model_name=target.name,
+        mode=_mode(measurement), assumptions=_assumptions(trace.torch_version, kb, measurement),
+        environment=environment(), phases=count_phases(trace.calls), rows=rows, trace=summary,
+        modules=trace.modules, upgrade={**upgrade.to_dict(), "source": Source.PREDICTED.value},
+        memory={**memory, "source": Source.PREDICTED.value} if memory else None,
+        measurement=None if measurement is None else {**measurement.section, "disagreements": disagreements(rows)},
+        **graph_stage(trace, view, verdicts, rows, memory, source),
+    )
+
+
+def _mode(measurement) -> str:
+    if measurement is None or not measurement.stands_for_mps:
+        return "predicted"
+    return "simulated" if measurement.where.simulated else "measured"
 
 
 def repro_command(options: ScanOptions) -> str | None:
@@ -166,7 +179,8 @@ def with_repro(report: Report, trace, view, command: str, measurement=None) -> R
         found = section(report.rows, plan(trace, view, "mps", None), command=command)
     else:
         found = section(report.rows, measurement.plan, measurement.result, measurement.section["device"], command)
-    return replace(report, extra={**report.extra, "repro": found})
+    source = Source.PREDICTED if measurement is None else Source.MEASURED
+    return replace(report, repro={**found, "source": source.value})
 
 
 def memory_stage(target, trace, view, kb, options: ScanOptions, trackers: list) -> dict[str, Any] | None:
@@ -183,8 +197,10 @@ def memory_stage(target, trace, view, kb, options: ScanOptions, trackers: list) 
     return section
 
 
-def graph_stage(trace, view, verdicts, rows, memory: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The step graph, its transfers and the lane they help decide: the Report's keyword arguments."""
+def graph_stage(trace, view, verdicts, rows, memory: dict[str, Any] | None = None,
+                source: Source = Source.PREDICTED) -> dict[str, Any]:
+    """The step graph, its transfers and the lane they help decide, all from `verdicts` (one per MPS-view call,
+    predicted or measured as `source` says): the Report's keyword arguments."""
     from opscan.graph.build import build_graph
     from opscan.graph.views import graph_section
     from opscan.graph.lanes import decide_lane, transfer_reasons
@@ -194,10 +210,10 @@ def graph_stage(trace, view, verdicts, rows, memory: dict[str, Any] | None = Non
     transfers = account(g)
     g.graph["transfers"] = transfers  # per-call copies for the GraphML export
     findings = sorted((i for i, r in enumerate(rows) if r.verdict.rank > 0), key=lambda i: -rows[i].verdict.rank)
-    lane = decide_lane(rows, transfer_reasons(transfers, rows), (memory or {}).get("lane"))
+    lane = decide_lane(rows, transfer_reasons(transfers, rows), (memory or {}).get("lane"), source)
     return {"lane": lane, "step_graph": g,
-            "graph": graph_section(g, transfers, findings),
-            "transfers": transfer_section(transfers, regions(g, transfers))}
+            "graph": {**graph_section(g, transfers, findings), "source": source.value},
+            "transfers": {**transfer_section(transfers, regions(g, transfers)), "source": source.value}}
 
 
 def run_trace(target, options: ScanOptions, kb, trackers: list | None = None):
@@ -208,7 +224,7 @@ def run_trace(target, options: ScanOptions, kb, trackers: list | None = None):
     from opscan.trace.guard import user_step
     from opscan.trace.moves import explicit_moves
 
-    trace_options = TraceOptions(options.inference, options.dtype, options.fx, macos=_macos(kb))
+    trace_options = TraceOptions(options.inference, options.dtype, options.fx, macos=kb.macos)
     with user_step(target.spec), explicit_moves():
         return trace_step(target, trace_options, has_mps_kernel=has_mps_kernel(kb), expand=should_expand(kb),
                           memory=_tracking(trackers))
@@ -272,11 +288,8 @@ def view_summary(trace, view) -> list[dict[str, Any]]:
             for (rule, mode), n in counts.items()]
 
 
-def _macos(kb) -> tuple[int, int]:
-    return kb.macos
-
-
-def _assumptions(torch_version: str, kb) -> dict[str, Any]:
+def _assumptions(torch_version: str, kb, measurement=None) -> dict[str, Any]:
+    measured_on = {} if measurement is None else {"measured_on": measurement.where.label}
     return {
         "torch_release": kb.release,
         "installed_torch": torch_version,
@@ -286,6 +299,7 @@ def _assumptions(torch_version: str, kb) -> dict[str, Any]:
         "notes": list(kb.notes) + _what_if(torch_version, kb),
         "chip": "any Apple Silicon (M1 or newer)",
         "fallback_env": "unset",
+        **measured_on,
     }
 
 

@@ -75,10 +75,3 @@ class Classification:
     evidence: Evidence
     remedy: str | None = None
     since: str | None = None
-
-
-NOT_CLASSIFIED = Classification(
-    Verdict.UNKNOWN,
-    Evidence("not-classified", "not classified", "opscan"),
-    None,
-)

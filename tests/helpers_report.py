@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from opscan.opkey import OpKey
-from opscan.graph.lanes import Lane
+from opscan.graph.lanes import Lane, Reason, ReasonKind
 from opscan.report import Report, Row
 from opscan.verdict import Evidence, Source, Verdict
 
@@ -42,8 +42,8 @@ def report(rows=ROWS, lane=None) -> Report:
         phases={"forward": {"calls": 7, "bookkeeping": 0}, "optimizer": {"calls": 1, "bookkeeping": 2}},
         rows=rows,
         lane=lane or Lane("dual-track", (
-            "aten::upsample_bicubic2d.out [float32] is cpu_fallback: always-CPU list",
-            "aten::add.Tensor [float64×2] is unsupported_dtype: float64 [no MPS dtype]",
+            Reason(ReasonKind.ROW, "aten::upsample_bicubic2d.out [float32] is cpu_fallback: always-CPU list", 1),
+            Reason(ReasonKind.ROW, "aten::add.Tensor [float64×2] is unsupported_dtype: float64 [no MPS dtype]", 2),
         )),
         trace={"calls": 8, "bookkeeping_calls": 2, "step": "train",
                "fx": {"traced": False, "reason": "TraceError: [proxy] in control flow"}},

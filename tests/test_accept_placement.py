@@ -272,8 +272,8 @@ def test_a_fallback_that_copies_more_than_the_step_is_linux_gpu_first():
                         phase_bytes={"forward": 5000})
     lane = measured_lane((), _placement(fallbacks=(heavy,)), step_bytes=2000)
     assert lane.name == "linux-gpu-first"  # 5000 B over 2 iterations = 2500 B per iteration > 2000 B
-    assert lane.reasons[0] == ("the CPU fallback copied 2.4 KiB per iteration, more than the step's parameters "
-                               "and activations together (2.0 KiB)")
+    assert lane.reasons[0] == ("the CPU fallback copied 2.4 KB per iteration, more than the step's parameters "
+                               "and activations together (2.0 KB)")
     assert measured_lane((), _placement(fallbacks=(heavy,)), step_bytes=3000).name == "dual-track"
 
 

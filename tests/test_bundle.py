@@ -253,7 +253,7 @@ def test_a_bundle_for_a_device_this_machine_lacks_is_refused_before_any_result(t
 
     manifest["bundle_hash"] = bundle_hash(manifest)
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    env = {k: v for k, v in os.environ.items() if k not in ("OPSCAN_PROBE_BACKEND", "PYTHONPATH")}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(["bash", str(copy / "run.sh")], capture_output=True, text=True, cwd=tmp_path,
                           env={**env, "PYTHON": sys.executable})  # collect_env not skipped: it must not start
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr

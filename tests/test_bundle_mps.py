@@ -1,7 +1,9 @@
-"""A bundle for MPS, made on this Linux machine and run by run.sh on the SIMULATED MPS backend (tests/simulated_mps,
-tests only): both fallback passes reach the results, the repro scripts of the predicted findings run after the
-probes with their output and exit code journaled, and merge — with no MPS here — gives a measured report whose
-differences from the prediction are printed first and whose ISSUE.md files show the real outputs."""
+"""A bundle for MPS, made on this Linux machine and run by its runner on the SIMULATED MPS backend
+(tests/simulated_mps, tests only): both fallback passes reach the results, the repro scripts of the predicted
+findings run after the probes with their output and exit code journaled, and merge — with no MPS here — gives a
+report whose differences from the prediction are printed first, that says it was simulated, and whose ISSUE.md
+files show the real outputs. run.sh cannot select a test double (no variable, no flag): the runner's Python API
+(remote.run) is called with it, from the bundle's own vendored sources, as run.sh would run them."""
 
 from __future__ import annotations
 
@@ -17,6 +19,16 @@ from conftest import TARGETS
 
 TESTS = Path(__file__).resolve().parent
 TARGET = f"{TARGETS}/fallback_heavy.py:build_model"
+# the bundle's runner (remote.run, what run.sh starts) on the simulator: argv[1] the bundle, argv[2] the script
+RUN_SIMULATED = f"""
+import json, sys
+from pathlib import Path
+sys.path.append({str(TESTS)!r})
+import simulated_mps
+from opscan.bundle import remote
+assert remote.__file__.startswith(sys.argv[1]), remote.__file__  # the bundle's own copy
+sys.exit(remote.run(Path(sys.argv[1]), 1, double=simulated_mps.double(json.loads(sys.argv[2]))))
+"""
 
 
 def test_mps_bundle_on_the_simulated_backend_merges_measured_with_differences_first(tmp_path, capsys):
@@ -25,13 +37,13 @@ def test_mps_bundle_on_the_simulated_backend_merges_measured_with_differences_fi
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["device"] == "mps" and manifest["repro"]
     assert all(e["script"].startswith("repro/") and e["probe"] for e in manifest["repro"])
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"default": "native", "ops": {"aten::take": "unsupported"}}))
     env = {k: v for k, v in os.environ.items() if k != "PYTORCH_ENABLE_MPS_FALLBACK"}
-    env.update(PYTHON=sys.executable, OPSCAN_SKIP_COLLECT_ENV="1", OPSCAN_PROBE_BACKEND="simulated_mps",
-               OPSCAN_SIM_MPS_SCRIPT=str(script), PYTHONPATH=str(TESTS))  # tests/: the simulator, no opscan
-    run = subprocess.run(["bash", str(bundle / "run.sh")], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout + run.stderr + (bundle / "results/logs/run.log").read_text()
+    env["PYTHONPATH"] = str(bundle / "src")  # the bundle's vendored opscan only, as run.sh sets it
+    script = {"default": "native", "ops": {"aten::take": "unsupported"}}
+    (bundle / "results" / "logs").mkdir(parents=True)  # run.sh's first step
+    run = subprocess.run([sys.executable, "-c", RUN_SIMULATED, str(bundle), json.dumps(script)], env=env, cwd=bundle,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
     lines = [json.loads(raw) for raw in (bundle / "results/results.jsonl").read_text().splitlines()]
     passes = {e["pass_name"] for e in lines if e["kind"] == "outcome"}
     envs = {e["pass"]: e["environment"]["fallback_env"] for e in lines if e["kind"] == "environment"}
@@ -46,7 +58,15 @@ def test_mps_bundle_on_the_simulated_backend_merges_measured_with_differences_fi
     assert main(["merge", str(bundle / "results/results.jsonl"), "-o", str(merged), "-f", "json", "-q"]) == 0
     out, err = capsys.readouterr()
     report = json.loads(out)
-    assert report["mode"] == "measured" and report["measurement"]["passes"]["on"]["probes"] > 0
+    assert report["mode"] == "simulated" and report["measurement"]["passes"]["on"]["probes"] > 0
+    assert report["measurement"]["device"] == "simulated-mps (tests only)" and report["measurement"]["simulated"]
+    # every section says what it rests on: the simulated measurement, or the prediction
+    sources = {name: report[name]["source"] for name in ("lane", "graph", "transfers", "measurement", "repro",
+                                                         "upgrade", "memory")}
+    assert sources == {"lane": "measured", "graph": "measured", "transfers": "measured", "measurement": "measured",
+                       "repro": "measured", "upgrade": "predicted", "memory": "predicted"}
+    assert all(r["source"] == "measured" for r in report["ops"])
+    assert "SIMULATED" in report["measurement"]["note"]
     first = err.splitlines()
     # take's backward (put_) is predicted unsupported; the simulator runs every op but take natively
     assert first[:2] == ["predicted vs measured: 1 rows differ",

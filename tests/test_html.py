@@ -60,7 +60,7 @@ def test_sections_the_issue_asks_for(page):
     for section in ("summary", "findings", "transfers", "modules", "ops", "environment"):
         assert f'<section id="{section}">' in page
     assert '<span class="lane lane-dual-track">dual-track</span>' in page
-    assert "saves 1.0 KiB and 1 syncs" in page
+    assert "saves 1.0 KB and 1 syncs" in page
     assert '<li data-module="block.attn"><span class="dot" style="background:var(--unsupported)">' in page
 
 

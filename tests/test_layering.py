@@ -19,7 +19,7 @@ import networkx as nx
 import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "opscan"
-SHARED = ("opscan", "opscan.errors", "opscan.opkey", "opscan.verdict", "opscan.markers")
+SHARED = ("opscan", "opscan.errors", "opscan.opkey", "opscan.verdict", "opscan.markers", "opscan.units")
 STAGES = ("target", "trace", "mps_view", "knowledge", "predict", "probe", "graph", "report", "memory", "render",
           "repro", "accept", "scan", "bundle", "cli")
 LOOSE_BUDGET = 10
@@ -108,7 +108,7 @@ def test_the_top_level_holds_only_the_spine():
 
 
 TORCH_FREE = ["opscan.report", "opscan.mps_view", "opscan.opkey", "opscan.verdict", "opscan.errors",
-              "opscan.markers", "opscan.target.inputs", "opscan.cli", "opscan.cli.common",
+              "opscan.markers", "opscan.units", "opscan.target.inputs", "opscan.cli", "opscan.cli.common",
               *(m for m in MODULES if m.startswith(("opscan.render", "opscan.knowledge")))]
 
 

@@ -109,15 +109,15 @@ def attention_report():
 
 
 def test_sizing_runs_match_real_traces_at_those_batches(attention_report):
-    points = attention_report.extra["memory"]["batch_scaling"]["points"]
-    assert attention_report.extra["memory"]["batch_scaling"]["method"] == "meta"
+    points = attention_report.memory["batch_scaling"]["points"]
+    assert attention_report.memory["batch_scaling"]["method"] == "meta"
     for point in points:  # meta tensors, optimizer stood in for: the same bytes as a full scan at that batch
         again = scan(ScanOptions(ATTENTION, args={"batch": point["batch"]}, fx=False))
-        assert point["peak_bytes"] == again.extra["memory"]["peak_bytes"]
+        assert point["peak_bytes"] == again.memory["peak_bytes"]
 
 
 def test_memory_section_is_valid_and_reaches_lane_console_and_html(attention_report):
-    schema = json.loads(resources.files("opscan").joinpath("schema/report-v1.json").read_text(encoding="utf-8"))
+    schema = json.loads(resources.files("opscan").joinpath("schema/report-v2.json").read_text(encoding="utf-8"))
     doc = attention_report.to_dict()
     jsonschema.Draft202012Validator(schema).validate(doc)
     memory = doc["memory"]

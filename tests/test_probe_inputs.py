@@ -4,6 +4,7 @@ op_probes registry, shape caps, the journal, the progress bar, and measurements 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import jsonschema
 import pytest
@@ -19,7 +20,9 @@ from opscan.probe.protocol import PassOutcome, TensorSpec
 from opscan.probe.shrink import apply, cap, numel
 from opscan.probe.worker import run_one
 from opscan.render import render_table
-from opscan.report import with_measurements
+from opscan.graph.lanes import decide_lane
+from opscan.report import disagreements, measured_rows
+from opscan.verdict import Source
 from opscan.verdict import Evidence, Verdict
 
 from helpers_report import report
@@ -160,7 +163,11 @@ def _measured(device: str, stands: bool):
                "shapes": {"policy": "full", "max_elements": None, "capped_probes": 0},
                "tolerances": {"float32": {"atol": 1e-5, "rtol": 1e-5}}, "environment": {"off": {}, "on": None},
                "run": {"wall_s": 1.0}}
-    return with_measurements(base, found, section)
+    # what scan.build_report does with a measurement (the graph aside: this report has no trace)
+    rows = measured_rows(base.rows, found, stands)
+    lane = decide_lane(rows, source=Source.MEASURED) if stands else base.lane
+    return replace(base, rows=rows, mode="measured" if stands else base.mode, lane=lane,
+                   measurement={**section, "source": "measured", "disagreements": disagreements(rows)})
 
 
 def test_a_cpu_measurement_never_stands_in_for_mps():
@@ -210,7 +217,7 @@ def test_a_cap_the_cpu_refuses_falls_back_to_full_shapes_in_the_worker():
     assert outcome.clean and outcome.extra["shapes"].startswith("full: the capped call failed on the CPU")
 
 
-WORKER_SIDE = ("worker", "zygote", "replay", "compare", "backends", "texts", "protocol", "shrink")
+WORKER_SIDE = ("worker", "zygote", "replay", "compare", "comparison", "backends", "texts", "protocol", "shrink")
 
 
 def test_the_worker_side_stays_light():

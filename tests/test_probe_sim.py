@@ -7,7 +7,6 @@ and the fallback variable read at import."""
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import time
 from pathlib import Path
@@ -23,7 +22,6 @@ from opscan.probe.runner import Observer, RunnerOptions, run_probes
 from opscan.probe.zygote import _refusal
 from opscan.verdict import Verdict
 
-TESTS = Path(__file__).resolve().parent
 F32, F64 = TensorSpec("float32", (4, 4), (4, 1)), TensorSpec("float64", (4, 4), (4, 1))
 
 # op, dtype, scripted MPS behaviour, expected verdict, words the evidence must contain
@@ -55,22 +53,13 @@ BATCH = [
 
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):
-    """Point the worker at the simulated backend with a script; restore the environment after."""
+    """(folder, the simulator's DeviceDouble with the batch's script); the fallback variable unset meanwhile."""
     folder = tmp_path_factory.mktemp("sim")
     script = {"generation": "2.6+", "ops": {op: how for op, _, how, _, _ in BATCH}}
     script["ops"]["aten::erf"] = {"kind": "hang", "child_pid_file": str(folder / "grandchild.pid")}
-    (folder / "script.json").write_text(json.dumps(script))
     with pytest.MonkeyPatch.context() as mp:
-        use_simulator(mp, folder / "script.json")
-        yield folder
-
-
-def use_simulator(mp: pytest.MonkeyPatch, script: Path) -> None:
-    """Workers started from now on load tests/simulated_mps with this script (the only way it is used)."""
-    mp.setenv("OPSCAN_PROBE_BACKEND", "simulated_mps")
-    mp.setenv("OPSCAN_SIM_MPS_SCRIPT", str(script))
-    mp.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
-    mp.delenv("PYTORCH_ENABLE_MPS_FALLBACK", raising=False)
+        mp.delenv("PYTORCH_ENABLE_MPS_FALLBACK", raising=False)
+        yield folder, simulated_mps.double(script)
 
 
 class Recorder(Observer):
@@ -95,7 +84,7 @@ def _probe(op: str, spec):
 def batch_run(simulated):
     probes = [_probe(op, spec) for op, spec, *_ in BATCH]
     recorder = Recorder()
-    options = RunnerOptions(device="mps", workers=1, timeout=3.0, isolation="zygote")
+    options = RunnerOptions(device="mps", workers=1, timeout=3.0, isolation="zygote", double=simulated[1])
     start = time.monotonic()
     result = run_probes(probes, options, observer=recorder)
     return probes, result, recorder, time.monotonic() - start
@@ -125,10 +114,11 @@ def test_each_pass_ran_with_its_own_fallback_setting(batch_run):
     assert recorder.environments["off"]["fallback_env"] == "unset"
     assert recorder.environments["on"]["fallback_env"] == "1"
     assert recorder.environments["off"]["simulated"] is True
+    assert recorder.environments["off"]["backend"] == "simulated-mps (tests only)"
 
 
 def test_a_timeout_kills_the_whole_process_group(batch_run, simulated):
-    pid = int((simulated / "grandchild.pid").read_text())
+    pid = int((simulated[0] / "grandchild.pid").read_text())
     for _ in range(50):  # the killed group's orphan is reaped by init shortly after
         try:
             os.kill(pid, 0)
@@ -176,9 +166,45 @@ def test_the_zygote_never_forks_a_backend_that_is_not_fork_safe():
     assert _refusal(simulated_mps.SimulatedMps({})) is None
 
 
-def test_spawned_workers_isolate_a_crash_too(simulated, monkeypatch):
-    use_simulator(monkeypatch, simulated / "script.json")  # conftest clears OPSCAN_* before each test
+def test_spawned_workers_isolate_a_crash_too(simulated):
     probe = make("aten::round", [F32], {"args": [{"t": 0}], "kwargs": {}})
-    result = run_probes([probe], RunnerOptions(device="mps", workers=1, timeout=30.0, isolation="spawn"))
+    options = RunnerOptions(device="mps", workers=1, timeout=30.0, isolation="spawn", double=simulated[1])
+    result = run_probes([probe], options)
     outcome = result.off[probe.id]
     assert outcome.status == "crash" and outcome.signal.startswith("SIGSEGV") and outcome.confirmed, outcome.message
+
+
+def test_no_environment_variable_or_flag_can_select_a_test_double(monkeypatch):
+    """The double reaches the worker only through the Python API: the old variable does nothing, the device
+    check still refuses MPS off a Mac, the command line's probe options carry none, and no opscan module ever
+    makes a DeviceDouble (backends.from_dict rebuilds the one a parent sent)."""
+    from pathlib import Path
+
+    from opscan.cli.scan import _probe, build_parser
+    from opscan.probe import backends
+    from opscan.probe.stage import ProbeEnvironmentError, check_device
+
+    monkeypatch.setenv("OPSCAN_PROBE_BACKEND", "simulated_mps")
+    assert type(backends.load("cpu")) is backends.Backend
+    if not torch.backends.mps.is_available():
+        with pytest.raises(ProbeEnvironmentError, match="MPS is not available here"):
+            check_device("mps")
+    options, _ = _probe(build_parser().parse_args(["t.py:f", "--device", "cpu"]))
+    assert options.double is None
+    root = Path(simulated_mps.__file__).resolve().parents[2] / "opscan"
+    makers = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "DeviceDouble(" in p.read_text())
+    assert makers == []
+
+
+def test_a_double_always_reports_itself_as_simulated():
+    """Whatever a double's own record says, the worker's hello names it and marks it simulated."""
+    from opscan.probe import backends
+
+    class Shy(backends.Backend):
+        name = "shy double"
+
+        def describe(self):
+            return {**super().describe(), "simulated": False, "backend": "mps"}
+
+    record = backends.Simulated(Shy()).describe()
+    assert record["simulated"] is True and record["backend"] == "shy double"

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from opscan.probe import compare
+from opscan.probe import compare, comparison
 from opscan.probe.calls import make
 from opscan.probe.decide import decide
 from opscan.probe.protocol import STATUSES, Comparison, PassOutcome, ProbeCall, ProtocolError, TensorSpec, dumps, loads
@@ -180,8 +180,9 @@ ADD = torch.ops.aten.add.Tensor
 
 
 def test_tolerances_are_declared_per_dtype_and_the_least_precise_wins():
-    assert compare.tolerance_for({"float32", "bfloat16", "int64"}) == ("bfloat16", *compare.TOLERANCES["bfloat16"])
-    assert compare.tolerance_for({"int64"}) is None
+    assert comparison.tolerance_for({"float32", "bfloat16", "int64"}) == ("bfloat16",
+                                                                          *comparison.TOLERANCES["bfloat16"])
+    assert comparison.tolerance_for({"int64"}) is None
     ref = torch.ones(4, dtype=torch.float64)  # float32: limit 1e-5 * 1 + 1e-5 * 1 = 2e-5
     assert compare.compare(ADD, [(ref + 1e-5).float()], [ref], ["float32"], "float64").within
     beyond = compare.compare(ADD, [(ref + 3e-5).float()], [ref], ["float32"], "float64")
@@ -205,6 +206,88 @@ def test_random_empty_and_tie_breaking_outputs_are_compared_by_properties():
     result = compare.compare(pool, [out, torch.tensor([[[[3]]]])], [out.double(), torch.tensor([[[[0]]]])],
                              ["float32"], "float64")
     assert result.within and result.how == "mixed"  # values elementwise, indices by properties
-    empty = torch.ops.aten.empty_like.default
+    empty = torch.ops.aten.empty_like.default  # undefined content: shape and dtype only (the test below)
     assert compare.compare(empty, [torch.full((2,), 7.0)], [torch.zeros(2)], ["float32"], "float64").within
     assert not compare.compare(empty, [torch.zeros(3)], [torch.zeros(2)], ["float32"], "float64").within
+
+
+UNCHECKED = {  # name: (comparison of the pass that ran, words the evidence must contain)
+    "no CPU reference": (Comparison("none", None, reference="none", detail="no CPU reference: RuntimeError: x"),
+                         "NOT checked (no CPU reference: RuntimeError: x)"),
+    "no output": (Comparison("none", None, reference="float64", detail="the call has no output to compare"),
+                  "NOT checked (the call has no output to compare)"),
+    # a journal or bundle results file written before `within: null`: "none" compared nothing whatever it says
+    "older record": (Comparison("none", True, reference="none", detail="no CPU reference: RuntimeError: x"),
+                     "NOT checked (no CPU reference"),
+    "no comparison at all": (None, "NOT checked (no comparison was recorded)"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNCHECKED))
+def test_a_pass_that_compared_nothing_is_unchecked_never_within_tolerance(case):
+    comparison, words = UNCHECKED[case]
+    decision = decide(PassOutcome("p", "off", "ran", comparison=comparison), None)
+    assert decision.verdict == Verdict.NATIVE and decision.rule == "probe-native-unchecked"
+    assert words in decision.text and "agrees" not in decision.text
+    fallback = decide(PassOutcome("p", "on", "ran", comparison=comparison, fallback_seen=True), None)
+    assert "NOT checked" in fallback.text and "agrees" not in fallback.text  # cpu_fallback says it too
+    unsupported = decide(_raised(NI), PassOutcome("p", "on", "ran", comparison=comparison, fallback_seen=True))
+    assert unsupported.verdict == Verdict.UNSUPPORTED and "NOT checked" in unsupported.text
+    assert PassOutcome("p", "off", "ran", comparison=comparison).clean  # nothing to re-run alone
+
+
+def test_the_worker_records_a_missing_reference_as_unchecked(monkeypatch):
+    """A call whose CPU reference raises (both float64 and same-dtype): the worker compares nothing and says so."""
+    from opscan.probe import backends, worker
+
+    monkeypatch.setattr(worker, "_reference", lambda call, func, tensors: "RuntimeError: no CPU kernel")
+    call = make("aten::add.Tensor", [TensorSpec("float32", (3,), (1,)), TensorSpec("float32", (3,), (1,))],
+                {"args": [{"t": 0}, {"t": 1}], "kwargs": {}})
+    outcome = worker.run_one(call, "off", backends.Backend())
+    assert outcome.status == "ran" and outcome.comparison.within is None and not outcome.comparison.checked
+    assert outcome.comparison.detail == "no CPU reference: RuntimeError: no CPU kernel"
+    assert decide(outcome, None).rule == "probe-native-unchecked"
+
+
+def test_outputs_of_undefined_content_are_compared_by_shape_and_dtype_only():
+    # uninitialised memory can hold anything: all NaN, or negative "indices" — neither is a finding
+    empty = torch.ops.aten.empty.memory_format
+    nan = compare.compare(empty, [torch.full((4,), math.nan)], [torch.zeros(4)], ["float32"], "same-dtype")
+    assert nan.within is True and nan.how == "shape" and nan.checked
+    ints = compare.compare(empty, [torch.full((4,), -7)], [torch.zeros(4, dtype=torch.long)], ["int64"], "x")
+    assert ints.within is True and ints.how == "shape"
+    assert "shape [3] vs reference [4]" in compare.compare(empty, [torch.zeros(3)], [torch.zeros(4)], [], "x").detail
+    half = compare.compare(empty, [torch.zeros(4, dtype=torch.float16)], [torch.zeros(4)], [], "x")
+    assert not half.within and "dtype torch.float16 vs reference torch.float32" in half.detail
+    resize = torch.ops.aten.resize_.default
+    assert compare.compare(resize, [torch.full((2, 2), math.nan)], [torch.ones(2, 2)], ["float32"], "x").within
+    text = decide(PassOutcome("p", "off", "ran", comparison=nan), None).text
+    assert "undefined values" in text and "values not compared" in text
+    # their reference keeps the probe's dtypes (a widened empty_like would be float64)
+    assert comparison.references(torch.ops.aten.empty_like.default)[0] == (False, "same-dtype")
+    assert comparison.references(ADD)[0] == (True, "float64")
+
+
+def test_every_op_of_undefined_content_in_this_torch_is_covered():
+    """Every aten schema whose name says empty, resize or set (torch 2.14.1: 23 names) is compared by shape and
+    dtype — except _copy_from_and_resize, which copies its source into the resized tensor (defined values)."""
+    import re
+
+    names = {s.name.split("::")[1] for s in torch._C._jit_get_all_schemas()
+             if s.name.startswith("aten::") and re.search(r"empty|resize|^aten::set_?$", s.name)}
+    defined = {"_copy_from_and_resize"}
+    covered = {n for n in names if n in comparison.UNDEFINED_CONTENT or n.startswith(comparison.UNDEFINED_PREFIXES)}
+    assert names - defined == covered and len(covered) >= 20
+    assert comparison.UNDEFINED_CONTENT <= names  # no name made up
+
+
+def test_measured_empty_call_on_cpu_is_native_whatever_its_memory_held():
+    """aten::empty.memory_format run by the real worker on the CPU: compared by shape and dtype, native."""
+    from opscan.probe import backends, worker
+
+    call = make("aten::empty.memory_format", [], {"args": [[64, 64]], "kwargs": {"dtype": {"dtype": "float32"}}})
+    for _ in range(5):  # uninitialised memory differs between calls; the verdict may not
+        outcome = worker.run_one(call, "off", backends.Backend())
+        assert outcome.comparison.how == "shape" and outcome.comparison.within is True, outcome
+        assert outcome.comparison.reference == "same-dtype"
+        assert decide(outcome, None).rule == "probe-native"

@@ -10,7 +10,7 @@ import yaml
 
 from opscan.cli.common import FORMAT_NAMES
 from opscan.render import FORMATS, render_json, render_table, render_yaml
-from opscan.graph.lanes import Lane
+from opscan.graph.lanes import Lane, Reason, ReasonKind
 from opscan.report import Report
 from opscan.verdict import Verdict
 
@@ -40,7 +40,7 @@ def table_lines(text: str) -> list[str]:
 
 def test_summary_always_shows_unknown():
     native_only = tuple(r for r in ROWS if r.verdict == Verdict.NATIVE)
-    lines = wide(report(native_only, Lane("mac-first", ("all 2 rows are native",))))
+    lines = wide(report(native_only, Lane("mac-first", (Reason(ReasonKind.ROW, "all 2 rows are native"),))))
     # 2 native rows: convolution (2 calls) + linear (1 call) = 3 calls; unknown shown although 0
     assert "Summary: native 2 ops/3 calls · unknown 0 ops/0 calls" in lines
     assert "All 2 rows are native (-v lists them)." in lines
@@ -102,7 +102,7 @@ def test_each_finding_says_why_and_what_to_do():
 
 
 def test_lane_lists_ten_reasons_then_counts_the_rest():
-    reasons = tuple(f"aten::op{i} [float32] is unknown: reason {i}" for i in range(13))
+    reasons = tuple(Reason(ReasonKind.ROW, f"aten::op{i} [float32] is unknown: reason {i}", i) for i in range(13))
     lines = wide(report(lane=Lane("dual-track", reasons)))
     at = lines.index("Lane (predicted): dual-track")
     assert lines[at + 1] == "  - aten::op0 [float32] is unknown"
@@ -170,7 +170,8 @@ def test_table_shows_the_transfers_per_step_and_the_costliest_calls():
                               "syncs": 4},
                              {"op": "aten::take", "module": "", "phase": "forward", "bytes": 1656, "syncs": 3}]}
     lines = wide(replace(report(), transfers=transfers))
-    start = lines.index("CPU<->MPS per step: 3.4 KB in 7 syncs (to host 2.7 KB, to MPS 632 B; fallback 3.4 KB)")
+    start = lines.index("CPU<->MPS per step (predicted): 3.4 KB in 7 syncs (to host 2.7 KB, to MPS 632 B; fallback "
+                        "3.4 KB)")
     assert lines[start + 1:start + 3] == ["  aten::put_ in block.attn (backward): 1.7 KB, 4 syncs",
                                           "  aten::take in (model) (forward): 1.6 KB, 3 syncs"]
 
@@ -186,5 +187,5 @@ def test_table_ends_with_the_next_step():
     assert tail == ("Next: these verdicts are predicted. On a Mac, `opscan TARGET` measures every call and `opscan "
                     "accept TARGET` runs the real step against the CPU; `opscan bundle TARGET` packs the probes for a "
                     "Mac you reach over SSH. `--repro` writes a standalone script and an ISSUE.md for each finding.")
-    measured = wide(replace(report(), mode="measured", extra={"repro": {"findings": []}}))
+    measured = wide(replace(report(), mode="measured", repro={"findings": []}))
     assert not any(line.startswith(("Next:", "`--repro`")) for line in measured)

@@ -192,28 +192,55 @@ def test_render_is_deterministic_and_user_text_stays_inside_literals(predicted):
     assert "`````\nopscan evil" in issue  # a fence longer than the command's own backtick runs
 
 
+def test_every_script_carries_the_probe_comparison_byte_for_byte(predicted):
+    """One comparator: the probe worker's comparison module is the text every script runs, unchanged (so its
+    tolerances, its elementwise/properties choice and PyTorch's fallback-warning text exist once)."""
+    from importlib import resources
+
+    from opscan.probe import compare as probe_compare, comparison
+
+    source = resources.files("opscan.probe").joinpath("comparison.py").read_bytes()
+    scripts = {rel: text for rel, text in render_files(json.loads((predicted / "report.json").read_text())).items()
+               if rel.endswith(".py")}
+    assert scripts and all(source in text.encode("utf-8") for text in scripts.values())
+    assert probe_compare.comparison is comparison  # the worker's Comparison records come from the same functions
+    assert comparison.compare.__module__ == "opscan.probe.comparison"
+
+
 @pytest.fixture
-def simulated_adaptive(tmp_path, monkeypatch) -> None:
-    """Probe workers started by this test run the SIMULATED MPS backend, adaptive pools shape-limited."""
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"ops": {"aten::_adaptive_avg_pool2d": "adaptive_divisible"}}))
-    monkeypatch.setenv("OPSCAN_PROBE_BACKEND", "simulated_mps")
-    monkeypatch.setenv("OPSCAN_SIM_MPS_SCRIPT", str(script))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+def simulated_adaptive(monkeypatch):
+    """The SIMULATED MPS backend's DeviceDouble, adaptive pools shape-limited (handed to the Python API: the
+    command line cannot select a test double)."""
+    import simulated_mps
+
     monkeypatch.delenv("PYTORCH_ENABLE_MPS_FALLBACK", raising=False)
+    return simulated_mps.double({"ops": {"aten::_adaptive_avg_pool2d": "adaptive_divisible"}})
 
 
-def test_minimize_finds_the_adaptive_pool_divisibility_boundary(predicted, simulated_adaptive, tmp_path, capsys):
-    code = repro_main([str(predicted / "report.json"), "aten::_adaptive_avg_pool2d", "--minimize", "-o",
-                       str(tmp_path)])
-    out = capsys.readouterr().out.splitlines()
-    assert code == 0
+def minimized(report_path: Path, op_text: str, double, out: Path) -> tuple:
+    """What `opscan repro REPORT OP --minimize -o OUT` does, through the Python API with a test double: (the
+    Minimized result, the files written)."""
+    from opscan.cli.common import write_files
+    from opscan.cli.repro import select
+    from opscan.repro import render_op
+    from opscan.repro.minimize import minimize_findings
+
+    report = json.loads(report_path.read_text())
+    op, findings = select(report, op_text, [])
+    done = minimize_findings(findings, "mps", 60.0, double=double)
+    return done, write_files(render_op(report, op, done.findings, "mps"), out)
+
+
+def test_minimize_finds_the_adaptive_pool_divisibility_boundary(predicted, simulated_adaptive, tmp_path):
+    done, written = minimized(predicted / "report.json", "aten::_adaptive_avg_pool2d", simulated_adaptive, tmp_path)
+    assert done.all_minimised and done.notes == []
     # 7x7 -> 3x3: sizes 2, 4, 5, 7 fail (no multiple of 3 either way), 1, 3, 6 pass; batch and channels shrink to 1
-    assert out[0].startswith("aten::_adaptive_avg_pool2d [float32]: fails at [[1, 1, 2, 2]], passes at "
-                             "[[1, 1, 1, 1]]; original [[2, 4, 7, 7]] (size 7: fails at [2, 4, 5, 7], passes at "
-                             "[1, 3, 6];")
-    assert out[1:] == [str(tmp_path / "repro/aten__adaptive_avg_pool2d/repro_1.py"),
-                       str(tmp_path / "repro/aten__adaptive_avg_pool2d/ISSUE.md")]
+    assert done.lines[0].startswith("aten::_adaptive_avg_pool2d [float32]: fails at [[1, 1, 2, 2]], passes at "
+                                    "[[1, 1, 1, 1]]; original [[2, 4, 7, 7]] (size 7: fails at [2, 4, 5, 7], passes "
+                                    "at [1, 3, 6];")
+    assert done.lines[0].endswith("probes on simulated-mps (tests only))")
+    assert [str(p) for p in written] == [str(tmp_path / "repro/aten__adaptive_avg_pool2d/repro_1.py"),
+                                         str(tmp_path / "repro/aten__adaptive_avg_pool2d/ISSUE.md")]
     script = (tmp_path / "repro/aten__adaptive_avg_pool2d/repro_1.py").read_text()
     assert "ORIGINAL_SHAPES = [[2, 4, 7, 7]]" in script
     assert "'tensors': [{'dtype': 'float32', 'shape': [1, 1, 2, 2]" in script
@@ -224,11 +251,22 @@ def test_minimize_finds_the_adaptive_pool_divisibility_boundary(predicted, simul
     assert [d.returncode for d in done.values()] == [0]  # the real CPU pools 2x2 -> 3x3 without complaint
 
 
-def test_minimize_of_a_call_that_does_not_fail_exits_1(predicted, simulated_adaptive, tmp_path, capsys):
-    code = repro_main([str(predicted / "report.json"), "aten::take", "--minimize", "-o", str(tmp_path)])
-    out = capsys.readouterr().out.splitlines()
-    assert code == 1 and out[0].startswith("aten::take [float32,int64]: did not fail on simulated-mps")
+def test_minimize_of_a_call_that_does_not_fail_is_not_minimised(predicted, simulated_adaptive, tmp_path):
+    done, _ = minimized(predicted / "report.json", "aten::take", simulated_adaptive, tmp_path)
+    assert not done.all_minimised and done.lines[0].startswith("aten::take [float32,int64]: did not fail on "
+                                                               "simulated-mps")
     assert (tmp_path / "repro/aten_take/repro_1.py").is_file()  # written, unminimised
+
+
+def test_minimize_on_the_command_line_exits_0_when_every_finding_was_minimised(crafted_cpu, tmp_path, capsys):
+    """The CLI's exit code on a device that is here: zeta in float16 fails on the CPU at every size (no Half
+    kernel), so it reproduces and shrinks to one element; exit 0."""
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(crafted_cpu))
+    code = repro_main([str(path), "aten::special_zeta", "--dtype", "float16", "--minimize", "--device", "cpu",
+                       "-o", str(tmp_path)])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0 and out[0].startswith("aten::special_zeta [float16,float16]: fails at [[1, 1], [1, 1]]"), out
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -1,4 +1,4 @@
-"""The report JSON schema (opscan/schema/report-v1.json): a valid draft 2020-12 schema that accepts what
+"""The report JSON schema (opscan/schema/report-v2.json): a valid draft 2020-12 schema that accepts what
 `Report.to_dict()` writes and rejects what the contract forbids. Real scans are validated in test_models."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from helpers_report import report
 
 def load_schema() -> dict:
     """The schema as shipped inside the package."""
-    return json.loads(resources.files("opscan").joinpath("schema/report-v1.json").read_text(encoding="utf-8"))
+    return json.loads(resources.files("opscan").joinpath("schema/report-v2.json").read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def test_verdict_enum_matches_the_code():
 
 def test_new_top_level_sections_are_allowed(validator):
     doc = report().to_dict()
-    doc["repro"] = {"script": "repro.py"}  # a section a later issue adds
+    doc["provenance"] = {"script": "repro.py"}  # a section a later issue adds
     validator.validate(doc)
 
 
@@ -60,7 +60,14 @@ BROKEN = {
     "unknown lane": lambda d: d["lane"].update(name="mac-maybe"),
     "lane without reasons": lambda d: d["lane"].update(reasons=[]),
     "missing ops": lambda d: d.pop("ops"),
-    "wrong schema_version": lambda d: d.update(schema_version=2),
+    "wrong schema_version": lambda d: d.update(schema_version=1),
+    "lane reason without its kind": lambda d: d["lane"]["why"][0].pop("kind"),
+    "lane reason of an unknown kind": lambda d: d["lane"]["why"][0].update(kind="hunch"),
+    "lane without its source": lambda d: d["lane"].pop("source"),
+    "a section that is neither predicted nor measured": lambda d: d.update(upgrade={
+        "release": "2.14.1", "target": None, "text": "no later release", "source": "guessed"}),
+    "a known section without its source": lambda d: d.update(upgrade={
+        "release": "2.14.1", "target": None, "text": "no later release"}),
     "bad mode": lambda d: d.update(mode="guessed"),
 }
 

@@ -107,8 +107,9 @@ def _transfers(fallback_bytes: int, footprint: int) -> Transfers:
 def test_transfer_rule_is_strictly_more_and_keeps_verdict_reasons():
     assert transfer_reasons(_transfers(100, 100), ROWS) == ()
     reasons = transfer_reasons(_transfers(101, 100), ROWS)
-    assert reasons[0].startswith("the CPU fallback moves 101 B per step (1 syncs)")
-    assert reasons[1].startswith("aten::upsample_bicubic2d.out [float32] is cpu_fallback: moves 101 B")
+    assert reasons[0].text.startswith("the CPU fallback moves 101 B per step (1 syncs)")
+    assert reasons[1].text.startswith("aten::upsample_bicubic2d.out [float32] is cpu_fallback: moves 101 B")
+    assert [(r.kind.value, r.row) for r in reasons] == [("transfer", None), ("transfer", 1)]  # row 1: upsample
     lane = decide_lane(ROWS, reasons)
-    assert lane.name == "linux-gpu-first" and lane.reasons == reasons
+    assert lane.name == "linux-gpu-first" and lane.why == reasons
     assert decide_lane(ROWS).name == "dual-track"  # unchanged without the transfer rule

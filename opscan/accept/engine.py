@@ -102,9 +102,8 @@ class AcceptResult:
 def check_device(name: str, flag: str) -> None:
     """A one-line AcceptDeviceError when the device cannot be used here.
 
-    Not opscan.probe.stage.check_device: that one accepts a simulated probe device (OPSCAN_PROBE_BACKEND),
-    which an acceptance run cannot use, refuses indexed devices (cuda:1), and its fixes name probe flags
-    (--no-probe) and only --device; here the flag is --device or --reference."""
+    Not opscan.probe.stage.check_device: that one refuses indexed devices (cuda:1), and its fixes name probe
+    flags (--no-probe) and only --device; here the flag is --device or --reference."""
     available = {"cpu": lambda: True, "cuda": torch.cuda.is_available, "mps": torch.backends.mps.is_available}
     kind = name.split(":")[0]
     if kind not in available:

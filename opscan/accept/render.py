@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from opscan.accept.spec import KINDS
-from opscan.graph.transfers import human_bytes
+from opscan.units import human_bytes
 
 SHOWN_FAILURES = 5
 

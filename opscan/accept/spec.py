@@ -28,16 +28,6 @@ from opscan.errors import OpscanError
 
 # compared kinds, in the order they are compared within one iteration
 KINDS = ("initial", "output", "loss", "gradient", "parameter", "buffer", "eval", "reload")
-KIND_MEANING = {
-    "initial": "parameters and buffers on the device before the first step (a copy of the CPU-built state)",
-    "output": "the model's floating outputs of each training forward",
-    "loss": "the loss of each iteration",
-    "gradient": "every parameter's .grad after the first backward",
-    "parameter": "every parameter after each optimizer step",
-    "buffer": "every floating buffer after each step (BatchNorm running statistics, ...)",
-    "eval": "the floating outputs of model.eval() under no_grad on the fixed batch, after the last step",
-    "reload": "the state reloaded from the checkpoint, against the state that was saved",
-}
 DTYPES = ("float32", "float16", "bfloat16")
 ITERATIONS_DEFAULT = 3
 

@@ -22,8 +22,8 @@ from opscan.bundle.results import bundle_hash, digest
 from opscan.bundle.templates import README_TXT, RUN_SH, quoted
 
 # what the bundle's runner imports, and nothing else: tests/test_bundle.py checks both ways
-PROBE_MODULES = ("runner", "launch", "protocol", "worker", "zygote", "replay", "compare", "backends", "texts",
-                 "shrink", "journal")
+PROBE_MODULES = ("runner", "launch", "protocol", "worker", "zygote", "replay", "compare", "comparison", "backends",
+                 "texts", "shrink", "journal")
 VENDORED = ("opscan/__init__.py", "opscan/errors.py", "opscan/opkey.py", "opscan/probe/__init__.py",
             *(f"opscan/probe/{m}.py" for m in PROBE_MODULES),
             "opscan/bundle/__init__.py", "opscan/bundle/remote.py", "opscan/bundle/results.py")

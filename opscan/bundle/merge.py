@@ -100,7 +100,7 @@ def merged_report(bundle: Bundle, results: Results, target: str | None = None):
 
 def differences(report) -> list[str]:
     """One line per row whose measured verdict differs from its prediction."""
-    found = (report.extra.get("measurement") or {}).get("disagreements") or []
+    found = (report.measurement or {}).get("disagreements") or []
     return [f"≠ {d['op']} [{','.join(d['dtypes'])}]: predicted {d['predicted']}, measured {d['measured']}"
             for d in found]
 
@@ -122,7 +122,7 @@ def repro_files(report, device: str) -> tuple[dict[str, str], dict[str, str]]:
     from opscan.bundle.make import script_probes
     from opscan.repro import render_files
 
-    if "repro" not in report.extra:
+    if report.repro is None:
         return {}, {}
     data = report.to_dict()
     files, probes = render_files(data, device=device), script_probes(data)

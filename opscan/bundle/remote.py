@@ -24,7 +24,7 @@ from opscan import __version__
 from opscan.bundle import MANIFEST, PROBES, RESULTS
 from opscan.bundle.results import VERSION, bundle_problem, digest, parse_lines
 from opscan.errors import OpscanError
-from opscan.probe.protocol import PLUGIN_ENV, PassOutcome, ProbeCall
+from opscan.probe.protocol import PassOutcome, ProbeCall
 from opscan.probe.runner import FALLBACK_VAR, Observer, RunnerOptions, isolation_for, run_probes
 
 OUTPUT_LIMIT = 20000  # characters of a repro script's output kept (the end of it)
@@ -153,8 +153,6 @@ def run_repro(bundle: Path, script: str, timeout: float, environment: dict | Non
 def check_device(device: str) -> None:
     """Refuse, before writing any result, a device this machine cannot probe on (a bundle for MPS run off a Mac
     would otherwise record every probe's failure as an outcome)."""
-    if os.environ.get(PLUGIN_ENV):  # a simulated device (tests)
-        return
     try:
         import torch
     except ImportError as exc:
@@ -176,16 +174,18 @@ def header(manifest: dict, options: RunnerOptions) -> dict:
             "isolation": isolation_for(options)}
 
 
-def run(bundle: Path, workers: int | None) -> int:
-    """Probe, run the repro scripts, write the end line; 0 when the results are complete."""
+def run(bundle: Path, workers: int | None, double=None) -> int:
+    """Probe, run the repro scripts, write the end line; 0 when the results are complete. `double`
+    (probe.backends.DeviceDouble, tests only: run.sh never passes one) stands in for the bundle's device."""
     manifest = json.loads((bundle / MANIFEST).read_text())
     check_files(bundle, manifest)
-    check_device(manifest["device"])
+    if double is None:
+        check_device(manifest["device"])
     probes = [ProbeCall.from_dict(json.loads(line)) for line in (bundle / PROBES).read_text().splitlines() if line]
     spec = manifest["runner"]
     options = RunnerOptions(device=manifest["device"], workers=workers or spec["workers"] or min(4, os.cpu_count()
                             or 1), timeout=spec["timeout"], on_pass=spec["on_pass"],
-                            log_path=str(bundle / "results" / "logs" / "workers.log"))
+                            log_path=str(bundle / "results" / "logs" / "workers.log"), double=double)
     writer = ResultsWriter(bundle / RESULTS, header(manifest, options))
     if writer.complete:
         print(f"opscan bundle: {RESULTS} is already complete — copy it back and run `opscan merge`", file=sys.stderr)

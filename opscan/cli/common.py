@@ -73,7 +73,7 @@ def write_reports(report, out_dir: Path, real_outputs: dict | None = None, devic
         if report.step_graph is not None:
             (out_dir / name).write_text(render(report), encoding="utf-8")
     log.warning("wrote %s, report.yaml, report.html and the step graph (GraphML)", out_dir / "report.json")
-    if "repro" in report.extra:
+    if report.repro is not None:
         from opscan.repro import render_files
 
         written = write_files(render_files(report.to_dict(), device=device, real_outputs=real_outputs), out_dir)

@@ -109,52 +109,11 @@ def _minimized(findings: list[dict], device: str, timeout: float) -> tuple[list[
     """Each finding with its first buildable call minimised on `device`: (findings, boundary lines, exit code).
     Exit 0 only when every finding reproduced and was minimised; a finding with no buildable call gets one
     stderr line and exit 1, as does one that did not reproduce (its boundary line says so)."""
-    from opscan.probe.protocol import ProbeCall
     from opscan.probe.stage import check_device
-    from opscan.repro.minimize import minimize
+    from opscan.repro.minimize import minimize_findings
 
     check_device(device)
-    out, lines, all_minimised = [], [], True
-    for finding in findings:
-        calls = [c for c in finding.get("calls") or [] if not c.get("unbuildable")]
-        if not calls:
-            print(f"opscan: {_head(finding)}: {_why_unbuildable(finding)}; nothing to minimise", file=sys.stderr)
-            all_minimised = False
-            out.append(finding)
-            continue
-        boundary = minimize(ProbeCall.from_dict(calls[0]["probe"]), device, timeout)
-        lines.append(_boundary_line(finding, boundary))
-        all_minimised = all_minimised and boundary.reproduced
-        out.append(_with_boundary(finding, boundary) if boundary.reproduced else finding)
-    return out, lines, ExitCode.OK if all_minimised else ExitCode.FINDINGS
-
-
-def _with_boundary(finding: dict, boundary) -> dict:
-    """The finding with its minimised call as its only call."""
-    from opscan.repro.section import call_entry, outcome_entry
-
-    entry = {**call_entry(boundary.call), "original_shapes": boundary.original, "minimized": boundary.to_dict()}
-    entry["outcomes"] = {boundary.label: outcome_entry(boundary.outcome)}
-    return {**finding, "calls": [entry], "more_calls": 0}
-
-
-def _head(finding: dict) -> str:
-    return f"{finding['op']} [{','.join(finding['dtypes'])}]"
-
-
-def _why_unbuildable(finding: dict) -> str:
-    """Why no call of the finding can be built (the section's own words)."""
-    reasons = [c["unbuildable"] for c in finding.get("calls") or [] if c.get("unbuildable")]
-    reasons += finding.get("unreplayable") or []
-    return "no call of it can be built" + (f" ({reasons[0]})" if reasons else " (the report recorded none)")
-
-
-def _boundary_line(finding: dict, boundary) -> str:
-    head = _head(finding)
-    if not boundary.reproduced:
-        return f"{head}: did not fail on {boundary.label} ({boundary.failure}); nothing to minimise"
-    passes = f"passes at {boundary.passes_at}" if boundary.passes_at else "no smaller shape passes"
-    sizes = "; ".join(f"size {size}: fails at {v['fails']}, passes at {v['passes']}"
-                      for size, v in boundary.sizes.items())
-    return (f"{head}: fails at {boundary.fails_at}, {passes}; original {boundary.original} ({sizes}) — "
-            f"{boundary.failure[:160]} ({boundary.probes} probes on {boundary.label})")
+    done = minimize_findings(findings, device, timeout)
+    for note in done.notes:
+        print(f"opscan: {note}", file=sys.stderr)
+    return done.findings, done.lines, ExitCode.OK if done.all_minimised else ExitCode.FINDINGS

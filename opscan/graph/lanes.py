@@ -8,29 +8,79 @@ together; its reasons name the total, the footprint and the rows whose calls mov
 
 from __future__ import annotations
 
+import enum
 from collections import defaultdict
-
 from dataclasses import dataclass
 from typing import Any
 
-from opscan.graph.transfers import Transfers, human_bytes
+from opscan.graph.transfers import Transfers
 from opscan.opkey import signature_text
-from opscan.verdict import Verdict
+from opscan.units import human_bytes
+from opscan.verdict import Source, Verdict
+
+
+class LaneName(str, enum.Enum):
+    """The three lanes (contract, "Lanes")."""
+
+    MAC_FIRST = "mac-first"
+    DUAL_TRACK = "dual-track"
+    LINUX_GPU_FIRST = "linux-gpu-first"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ReasonKind(str, enum.Enum):
+    """What a lane reason rests on."""
+
+    ROW = "row"  # a report row's verdict (the scan), or an op that fell back (accept); "all rows native" too
+    TRANSFER = "transfer"  # bytes the step copies between host and device
+    MEMORY = "memory"  # the memory estimate's fit on Macs
+    COMPARISON = "comparison"  # accept: a comparison with the reference failed
+    PLACEMENT = "placement"  # accept: parameters or optimizer state off the target device
+    DEVICE = "device"  # accept: which device was measured, and what that says about MPS
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One reason of a lane: its kind, the report row it cites (an index into `ops`, or None) and its text."""
+
+    kind: ReasonKind
+    text: str
+    row: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (report.json `lane.why`)."""
+        return {"kind": self.kind.value, "row": self.row, "text": self.text}
 
 
 @dataclass(frozen=True)
 class Lane:
-    """The platform decision and the rows that decided it."""
+    """The platform decision, the reasons that decided it, and whether it rests on predicted or measured
+    verdicts (`source`, as a row's)."""
 
-    name: str
-    reasons: tuple[str, ...]
+    name: LaneName
+    why: tuple[Reason, ...]
+    source: Source = Source.PREDICTED
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", LaneName(self.name))
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """The reasons' texts (report.json `lane.reasons`, as in schema v1)."""
+        return tuple(r.text for r in self.why)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return {"name": self.name, "reasons": list(self.reasons)}
+        """JSON form: `reasons` (texts) and, beside them, `why` (kind, row, text) and `source`."""
+        return {"name": self.name.value, "reasons": list(self.reasons), "why": [r.to_dict() for r in self.why],
+                "source": self.source.value}
 
 
-def transfer_reasons(t: Transfers, rows: tuple, top: int = 5) -> tuple[str, ...]:
+def transfer_reasons(t: Transfers, rows: tuple, top: int = 5) -> tuple[Reason, ...]:
     """The reasons for linux-gpu-first from transfers, or () when the rule does not apply."""
     if not t.fallback_exceeds_footprint:
         return ()
@@ -44,32 +94,42 @@ def transfer_reasons(t: Transfers, rows: tuple, top: int = 5) -> tuple[str, ...]
             per_row[n.row][0] += n.cost.bytes
             per_row[n.row][1] += 1
     ranked = sorted(per_row.items(), key=lambda kv: -kv[1][0])[:top]
-    return (head, *(f"{rows[i].op.display} [{signature_text(rows[i].dtypes)}] is {rows[i].verdict.value}: "
-                    f"moves {human_bytes(b)} per step in {calls} calls" for i, (b, calls) in ranked))
+    return (Reason(ReasonKind.TRANSFER, head), *(_moves(rows, i, b, calls) for i, (b, calls) in ranked))
+
+
+def _moves(rows: tuple, i: int, moved: int, calls: int) -> Reason:
+    row = rows[i]
+    return Reason(ReasonKind.TRANSFER, f"{row.op.display} [{signature_text(row.dtypes)}] is {row.verdict.value}: "
+                                       f"moves {human_bytes(moved)} per step in {calls} calls", i)
 
 
 _LINUX = {Verdict.ERROR, Verdict.CRASH, Verdict.TIMEOUT, Verdict.MISMATCH}
 _DUAL = {Verdict.CPU_FALLBACK, Verdict.UNSUPPORTED, Verdict.UNSUPPORTED_DTYPE, Verdict.UNKNOWN}
 
 
-def decide_lane(rows: tuple, heavy: tuple[str, ...] = (), memory: dict[str, str] | None = None) -> Lane:
+def decide_lane(rows: tuple, heavy: tuple[Reason, ...] = (), memory: dict[str, str] | None = None,
+                source: Source = Source.PREDICTED) -> Lane:
     """mac-first / dual-track / linux-gpu-first per the contract, listing the deciding rows.
 
     `heavy`: reasons from the transfer rule (lanes.transfer_reasons), when the CPU fallback would move
     more bytes per step than the step's parameters and activations; they make the lane linux-gpu-first.
     `memory`: the memory section's lane effect `{fit, reason}` (memory/section.py), when estimated:
     `does_not_fit` (no Mac) makes it linux-gpu-first, `tight` (on every Mac it runs on) dual-track;
-    mac-first needs `fits`, and lists it.
+    mac-first needs `fits`, and lists it. `source`: whether the rows' verdicts are predicted or measured.
     """
     fit = (memory or {}).get("fit")
-    why = lambda level: ((memory or {})["reason"],) if fit == level else ()  # noqa: E731
-    linux = [r for r in rows if r.verdict in _LINUX]
+    why = lambda level: (Reason(ReasonKind.MEMORY, memory["reason"]),) if fit == level else ()  # noqa: E731
+    linux = [(i, r) for i, r in enumerate(rows) if r.verdict in _LINUX]
     if linux or heavy or fit == "does_not_fit":
-        return Lane("linux-gpu-first", tuple(reason_of(r) for r in linux) + tuple(heavy) + why("does_not_fit"))
-    dual = [r for r in rows if r.verdict in _DUAL]
+        return Lane(LaneName.LINUX_GPU_FIRST, (*_cited(linux), *heavy, *why("does_not_fit")), source)
+    dual = [(i, r) for i, r in enumerate(rows) if r.verdict in _DUAL]
     if dual or fit == "tight":
-        return Lane("dual-track", tuple(reason_of(r) for r in dual) + why("tight"))
-    return Lane("mac-first", (f"all {len(rows)} rows are native",) + why("fits"))
+        return Lane(LaneName.DUAL_TRACK, (*_cited(dual), *why("tight")), source)
+    return Lane(LaneName.MAC_FIRST, (Reason(ReasonKind.ROW, f"all {len(rows)} rows are native"), *why("fits")), source)
+
+
+def _cited(rows) -> tuple[Reason, ...]:
+    return tuple(Reason(ReasonKind.ROW, reason_of(r), i) for i, r in rows)
 
 
 def reason_of(row) -> str:

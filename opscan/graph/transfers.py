@@ -274,14 +274,3 @@ def _region_dict(r: Region) -> dict:
     return {"nodes": list(r.nodes), "ops": list(r.ops), "modules": list(r.modules), "phases": list(r.phases),
             "per_call": r.per_call.to_dict(), "explicit": r.explicit.to_dict(), "saved": r.saved.to_dict(),
             "keep_on_host": list(r.keep_on_host)}
-
-
-def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB'."""
-    if n < 1024:
-        return f"{n:.0f} B"
-    for unit in ("KiB", "MiB", "GiB"):
-        n /= 1024
-        if n < 1024 or unit == "GiB":
-            break
-    return f"{n:.1f} {unit}"

@@ -51,13 +51,14 @@ def _module_node(m: nx.DiGraph, path: str, costs: dict) -> dict:
 
 
 def neighbourhood(g: nx.DiGraph, focus: str, radius: int = 2, limit: int = 24) -> list[str]:
-    """The focus and the nodes nearest to it (tensor edges either way), at most `limit`, nearest first."""
+    """The focus and the nodes nearest to it (tensor edges either way), at most `limit`, nearest first;
+    nodes at one distance in step order (`place`), so identical runs list them identically."""
     seen, order, todo = {focus}, [focus], deque([(focus, 0)])
     while todo and len(order) < limit:
         node, dist = todo.popleft()
         if dist == radius:
             continue
-        near = sorted((set(g.predecessors(node)) | set(g.successors(node))) - seen, key=lambda n: _pos(g, n))
+        near = sorted((set(g.predecessors(node)) | set(g.successors(node))) - seen, key=lambda n: place(g, n))
         for other in near[: limit - len(order)]:
             seen.add(other)
             order.append(other)
@@ -67,6 +68,13 @@ def neighbourhood(g: nx.DiGraph, focus: str, radius: int = 2, limit: int = 24) -
 
 def _pos(g: nx.DiGraph, node: str) -> int:
     return g.nodes[node].get("pos", -1)
+
+
+def place(g: nx.DiGraph, node: str) -> tuple:
+    """A total order of the nodes: sources (`s<storage>`, position -1) first by storage number, then calls by
+    their position in the step. A set of neighbours is sorted by it, never left in hash order."""
+    number = node[1:]
+    return _pos(g, node), node[:1], int(number) if number.isdigit() else -1, node
 
 
 def focus_of(g: nx.DiGraph, row: int, transfers: Transfers | None = None) -> str | None:

@@ -54,11 +54,6 @@ class OpinfoMap:
         """How the map was made, for Evidence.source."""
         return f"opinfo_map.txt (op_db samples under TorchDispatchMode on torch {self.release})"
 
-    def opinfos_of(self, names: tuple[str, ...]) -> tuple[str, ...]:
-        """OpInfo names whose overloads include any of `names` (yaml spellings), in order."""
-        found = [o for n in names for o in self.by_overload.get(n, ())]
-        return tuple(dict.fromkeys(found))
-
 
 def format_map(release: str, git_version: str, rows: Mapping[str, tuple]) -> str:
     """opinfo_map.txt text; `rows`: OpInfo -> (dtype, samples, method, mps dtypes, overloads)."""

@@ -69,11 +69,6 @@ _POOL_TENSORS: dict[str, tuple[tuple[str, int], tuple[str, int]]] = {
 }
 
 
-def concerns(op: OpKey) -> bool:
-    """Whether any shape rule reads this op's shapes (note_from_shapes may return a note)."""
-    return op.namespace == "aten" and op.name in _POOL_TENSORS
-
-
 def note_from_shapes(
     op: OpKey, inputs: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]]
 ) -> Note | None:

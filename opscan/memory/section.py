@@ -1,6 +1,6 @@
 """Memory stage: the report's `memory` section, its one console line and its lane effect (pure).
 
-The section is plain data (report.json `memory`, schema in opscan/schema/report-v1.json); the console
+The section is plain data (report.json `memory`, schema in opscan/schema/report-v2.json); the console
 and the HTML page read it, never recompute it.
 """
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from opscan.memory.estimate import Estimate
-from opscan.memory.sizing import FIT_MARGIN, GB, HARD_CAP_RATIO, MAX_BATCH, Fit
+from opscan.memory.sizing import FIT_MARGIN, HARD_CAP_RATIO, MAX_BATCH, Fit
+from opscan.units import human_bytes
 
 BASIS = ("tensor bytes: every storage the step holds, from its allocation until the storage object is freed, "
          "in the step as MPS dispatches it (attention with grad on its math path, with the B x H x L x L scores); "
@@ -23,18 +24,10 @@ NOT_COUNTED = (
 )
 
 
-def human(n: float) -> str:
-    """Bytes as '7.9 GB' (GB = 2**30 bytes, as Apple counts unified memory), 'MB' or 'KB' below that."""
-    for unit, size in (("GB", GB), ("MB", 1 << 20), ("KB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"
-
-
 def fit_line(peak: int, fits: tuple[Fit, ...]) -> str:
     """'peak 7.9 GB: fits 16 GB Macs, tight on 8 GB' (the smallest Mac it fits and the smaller tight ones)."""
     fitting, tight, smaller = _by_fit(fits)
-    head = f"peak {human(peak)}"
+    head = f"peak {human_bytes(peak)}"
     if fitting:
         tail = f", tight on {_sizes(smaller)} GB" if smaller else ""
         return f"{head}: fits {fitting[0]} GB Macs{tail}"
@@ -58,7 +51,7 @@ def lane_effect(peak: int, fits: tuple[Fit, ...]) -> dict[str, str]:
     """{fit, reason}: fits (on some Mac) | tight (only tight, on every Mac it runs on) | does_not_fit (no Mac).
     The reason reads as a lane reason: its head, before the first ': ', names the finding."""
     fitting, tight, smaller = _by_fit(fits)
-    head = f"memory peak {human(peak)}"
+    head = f"memory peak {human_bytes(peak)}"
     if fitting:
         tail = f" (tight on {_sizes(smaller)} GB)" if smaller else ""
         return {"fit": "fits", "reason": f"{head} fits {fitting[0]} GB Macs and larger{tail}"}
@@ -112,7 +105,7 @@ def _bf16(est: Estimate, blocked: tuple[str, ...], dtype: str | None) -> dict[st
         return {"peak_bytes": est.peak.bytes, "saving_bytes": 0, "blocked_by": [],
                 "note": f"the step already runs in {dtype}"}
     saving = est.peak.bytes - est.bf16_peak
-    note = (f"casting the model and inputs to bfloat16 (--dtype bfloat16) would save {human(saving)}"
+    note = (f"casting the model and inputs to bfloat16 (--dtype bfloat16) would save {human_bytes(saving)}"
             + (": every op has a bfloat16 kernel on MPS" if not blocked else
                f", but {len(blocked)} row(s) have no bfloat16 kernel on MPS"))
     return {"peak_bytes": est.bf16_peak, "saving_bytes": saving, "blocked_by": list(blocked), "note": note}

@@ -114,10 +114,6 @@ class StorageTracker(TorchDispatchMode):
         """Start a new peak from the bytes alive now."""
         self.peak = self.live
 
-    def live_blocks(self) -> dict[int, int]:
-        """Block index -> bytes for the storages alive now."""
-        return {i: self._blocks[i][0] for i in self._current.values()}
-
     def _before_step(self, optimizer, args, kwargs) -> None:
         self._mark_grads(p for group in optimizer.param_groups for p in group["params"])
 

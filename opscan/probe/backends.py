@@ -4,8 +4,10 @@ A backend places tensors, runs the op, synchronizes (so an asynchronous error la
 probe) and describes the process it runs in. Creating a backend touches no device: `prepare()` does,
 in the child, so a launcher may fork a process that only imported torch (`forkable`).
 
-Tests replace the device with a simulated one: `OPSCAN_PROBE_BACKEND=module[:attr]` names an
-importable object with the same interface (tests/simulated_mps/). Nothing else reads that variable.
+Tests replace the device with a test double (tests/simulated_mps/): a `DeviceDouble` names an importable
+object with the same interface, and reaches the worker only through the Python API (ProbeOptions,
+RunnerOptions) and the worker protocol's setup message — no environment variable, no command-line flag, so a
+user-facing run can never be measured on one. A double's environment record always says `simulated: true`.
 """
 
 from __future__ import annotations
@@ -15,10 +17,9 @@ import os
 import platform
 import subprocess
 import sys
+from dataclasses import dataclass, field
 
 import torch
-
-from opscan.probe.protocol import PLUGIN_ENV
 
 MPS_ENV_PREFIXES = ("PYTORCH_MPS_", "PYTORCH_ENABLE_MPS_FALLBACK", "PYTORCH_DEBUG_MPS_", "MTL_")
 
@@ -80,13 +81,58 @@ class MpsBackend(Backend):
 REAL = {"cpu": Backend, "cuda": CudaBackend, "mps": MpsBackend}
 
 
-def load(device: str):
-    """The backend for `device`, or the test plugin named by OPSCAN_PROBE_BACKEND."""
-    plugin = os.environ.get(PLUGIN_ENV)
-    if plugin:
-        module, _, attr = plugin.partition(":")
-        return getattr(importlib.import_module(module), attr or "BACKEND")
-    return REAL[device]()
+@dataclass(frozen=True)
+class DeviceDouble:
+    """A test double of a device: `module.attr` (importable once `path` is on sys.path) is a backend, or, with
+    `options`, a factory called with them. Tests only; crosses to the worker in its setup message."""
+
+    module: str
+    attr: str = "BACKEND"
+    path: tuple[str, ...] = ()
+    options: dict | None = field(default=None, hash=False)
+
+    def to_dict(self) -> dict:
+        """JSON form (the setup message)."""
+        return {"module": self.module, "attr": self.attr, "path": list(self.path), "options": self.options}
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "DeviceDouble | None":
+        """Inverse of to_dict (None stays None)."""
+        return None if d is None else cls(d["module"], d["attr"], tuple(d["path"]), d.get("options"))
+
+
+def load(device: str, double: DeviceDouble | None = None):
+    """The backend for `device`, or the test double the parent named in the setup message."""
+    if double is None:
+        return REAL[device]()
+    sys.path[:0] = [p for p in double.path if p not in sys.path]
+    made = getattr(importlib.import_module(double.module), double.attr)
+    return Simulated(made(double.options) if double.options is not None else made)
+
+
+class Simulated:
+    """A test double as the worker holds it: its own behaviour, but an environment record that always says
+    `simulated: true` and names the double, whatever the double itself reports."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name, self.device, self.forkable = inner.name, inner.device, getattr(inner, "forkable", False)
+
+    def prepare(self) -> None:
+        """The double's own setup."""
+        self.inner.prepare()
+
+    def call(self, func, args, kwargs):
+        """The double runs the op."""
+        return self.inner.call(func, args, kwargs)
+
+    def sync(self) -> None:
+        """The double's synchronize."""
+        self.inner.sync()
+
+    def describe(self) -> dict:
+        """The double's record, marked simulated."""
+        return {**self.inner.describe(), "backend": self.inner.name, "simulated": True}
 
 
 def environment_record(backend: str, device: str) -> dict:

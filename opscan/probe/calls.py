@@ -37,6 +37,7 @@ class Plan:
     max_elements: int | None = None
     capped: int = 0  # probes with a cap proposed (the worker applies it when the CPU accepts the capped call)
     torch: str = ""  # the torch that traced the step (and runs the probes)
+    per_call: tuple = ()  # per MPS-view call, in view order: the probe ids (and "unreplayable:..." ids) it needs
 
     @property
     def fingerprint(self) -> str:
@@ -53,9 +54,12 @@ def plan(trace, view, device: str, max_elements: int | None = None) -> Plan:
     probes: dict[str, ProbeCall] = {}
     unreplayable: dict[str, str] = {}
     rows: dict = {}
+    per_call: list[list[str]] = []
     calls = 0
     for mps_call in view:
         ids = rows.setdefault((mps_call.op, mps_call.dtypes), [])
+        mine: list[str] = []
+        per_call.append(mine)
         for stand_in in _stand_ins(trace, mps_call, device):
             calls += 1
             made = stand_in if isinstance(stand_in, (str, ProbeCall)) else from_call(stand_in)
@@ -68,9 +72,11 @@ def plan(trace, view, device: str, max_elements: int | None = None) -> Plan:
                 key = made.id
             if key not in ids:
                 ids.append(key)
+            if key not in mine:
+                mine.append(key)
     capped = sum(1 for p in probes.values() if p.shrink)
     return Plan(device, tuple(probes.values()), {k: tuple(v) for k, v in rows.items()}, unreplayable, calls,
-                max_elements, capped, getattr(trace, "torch_version", ""))
+                max_elements, capped, getattr(trace, "torch_version", ""), tuple(map(tuple, per_call)))
 
 
 def from_call(call) -> ProbeCall | str:

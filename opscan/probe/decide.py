@@ -6,11 +6,15 @@
 | signal in either pass                      |                    |                 | crash (signal named)    |
 | limit hit in either pass                   |                    |                 | timeout                 |
 | ran, no fallback seen                      | —                  | within / beyond | native / mismatch       |
+| ran, no fallback seen                      | —                  | unchecked       | native, says unchecked  |
 | ran, fallback seen (always-CPU op)         | —                  | within / beyond | cpu_fallback / mismatch |
 | NotImplementedError "…for the MPS device"  | ran                | within / beyond | unsupported / mismatch  |
 | NotImplementedError "…for the MPS device"  | raised             | —               | error (both messages)   |
 | dtype error (texts.DTYPE_TEXTS)            | —                  | —               | unsupported_dtype       |
 | other exception                            | same or other      | —               | error                   |
+
+"unchecked": nothing was compared (no CPU reference could run, or the call has no output); the verdict keeps
+what the run showed, its rule is `probe-native-unchecked` (or its text says so) and it never claims agreement.
 """
 
 from __future__ import annotations
@@ -53,13 +57,15 @@ def _ran(outcome: PassOutcome, how: str) -> Decision:
     comparison = outcome.comparison
     fell_back = outcome.fallback_seen
     where = f"ran {how}" + (f", through the CPU fallback ({', '.join(_ops(outcome))})" if fell_back else "")
-    if comparison is not None and not comparison.within:
+    if comparison is not None and comparison.beyond:
         return Decision(Verdict.MISMATCH, "probe-mismatch",
                         f"{where}, but disagrees with the {comparison.reference} CPU reference: {comparison.detail}")
     if fell_back and how.endswith("unset"):
         return Decision(Verdict.CPU_FALLBACK, "probe-cpu-fallback",
-                        f"{where}: PyTorch warned that it runs on the CPU even without the variable")
-    return Decision(Verdict.NATIVE, "probe-native", f"{where}{_agreement(comparison)}")
+                        f"{where}: PyTorch warned that it runs on the CPU even without the variable"
+                        f"{_agreement(comparison)}")
+    rule = "probe-native" if comparison is not None and comparison.checked else "probe-native-unchecked"
+    return Decision(Verdict.NATIVE, rule, f"{where}{_agreement(comparison)}")
 
 
 def _raised(off: PassOutcome, on: PassOutcome | None) -> Decision:
@@ -93,8 +99,13 @@ def _ops(outcome: PassOutcome) -> list[str]:
 
 
 def _agreement(comparison) -> str:
-    if comparison is None or comparison.how == "none":
-        return ""
+    """What the comparison showed, in words; never "agrees" when nothing was compared."""
+    if comparison is None or not comparison.checked:
+        why = (comparison.detail if comparison is not None else None) or "no comparison was recorded"
+        return f"; its values were NOT checked ({why})"
+    if comparison.how == "shape":
+        return (f", its outputs hold undefined values (allocated, not filled): shape and dtype agree with the "
+                f"{comparison.reference} CPU reference, values not compared")
     error = f", max abs error {comparison.max_abs:.3g}" if comparison.max_abs else ""
     return f", agrees with the {comparison.reference} CPU reference ({comparison.how}{error})"
 

@@ -22,6 +22,8 @@ import sys
 import threading
 import time
 
+from opscan.probe.protocol import setup_line
+
 TIMEOUT, EOF = "timeout", "eof"
 
 
@@ -100,8 +102,9 @@ class SpawnLauncher:
 
     isolation = "spawn"
 
-    def __init__(self, device: str, env: dict, startup_timeout: float = 300.0, stderr=None):
+    def __init__(self, device: str, env: dict, startup_timeout: float = 300.0, stderr=None, double=None):
         self.device, self.env, self.startup_timeout, self.stderr = device, env, startup_timeout, stderr
+        self.setup = setup_line(double.to_dict() if double is not None else None)
 
     def start(self) -> tuple[Handle, dict]:
         """A new worker and its hello (environment record)."""
@@ -111,6 +114,10 @@ class SpawnLauncher:
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr)
         theirs.close()
         handle = Handle(mine, proc.pid, lambda t: _wait(proc, t))
+        try:
+            mine.sendall(self.setup.encode() + b"\n")
+        except OSError:
+            pass  # a worker that died at once: _hello names its exit
         return handle, _hello(handle, self.startup_timeout)
 
     def close(self) -> None:
@@ -129,13 +136,14 @@ class ZygoteLauncher:
 
     isolation = "zygote"
 
-    def __init__(self, device: str, env: dict, startup_timeout: float = 300.0, stderr=None):
+    def __init__(self, device: str, env: dict, startup_timeout: float = 300.0, stderr=None, double=None):
         self.startup_timeout = startup_timeout
         self._ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         cmd = [sys.executable, "-m", "opscan.probe.zygote", "--fd", str(theirs.fileno()), "--device", device]
         self._proc = subprocess.Popen(cmd, env=env, pass_fds=(theirs.fileno(),), start_new_session=True,
                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
         theirs.close()
+        self._ctl.send(setup_line(double.to_dict() if double is not None else None).encode())
         self._forked: queue.Queue = queue.Queue()
         self._exits: dict[int, int] = {}
         self._cond = threading.Condition()

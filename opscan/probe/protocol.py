@@ -1,8 +1,10 @@
 """Probe stage: the records that cross the process boundary, as versioned JSON (never pickle).
 
-The parent sends a worker one request line per probe (`{"v": 1, "pass": "off", "probe": ProbeCall}`);
-the worker answers with exactly one line, a `PassOutcome`. A worker that dies or hangs gets its
-outcome written by the parent (`crash`, `timeout`). Stdlib only: the worker imports this module.
+A worker (or the zygote it is forked from) first reads one setup line (`{"v": 1, "setup": {"double": null}}`:
+the test double to load instead of the real device, tests only) and says hello with its environment record;
+then the parent sends one request line per probe (`{"v": 1, "pass": "off", "probe": ProbeCall}`) and the
+worker answers with exactly one line, a `PassOutcome`. A worker that dies or hangs gets its outcome written by
+the parent (`crash`, `timeout`). Stdlib only: the worker imports this module.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import json
 from dataclasses import asdict, dataclass, field
 
 VERSION = 1
-PLUGIN_ENV = "OPSCAN_PROBE_BACKEND"  # tests only: a simulated backend for the worker (backends.load)
 PASSES = ("off", "on")  # PYTORCH_ENABLE_MPS_FALLBACK unset / "1" in the child before `import torch`
 STATUSES = ("ran", "raised", "unbuildable", "crash", "timeout")
 
@@ -94,8 +95,8 @@ def _without_values(spec):
 class Comparison:
     """How a pass's outputs compared with the reference (tolerances are declared in compare.py)."""
 
-    how: str  # "elementwise" | "properties" | "mixed" | "none" (nothing to compare)
-    within: bool
+    how: str  # "elementwise" | "properties" | "shape" | "mixed" | "none" (nothing was compared)
+    within: bool | None  # None: unchecked — no reference, or no output to compare: never "within tolerance"
     max_abs: float | None = None
     max_rel: float | None = None
     reference: str = "float64"  # "float64" | "same-dtype" | "none"
@@ -109,6 +110,17 @@ class Comparison:
     def from_dict(cls, d: dict | None) -> Comparison | None:
         """Inverse of to_dict (None stays None)."""
         return None if d is None else cls(**d)
+
+    @property
+    def checked(self) -> bool:
+        """Something was compared. A record that compared nothing is unchecked whatever its `within` says:
+        journals and bundle results written before `within: null` existed say `how: "none", within: true`."""
+        return self.within is not None and self.how != "none"
+
+    @property
+    def beyond(self) -> bool:
+        """Compared, and beyond tolerance."""
+        return self.within is False
 
 
 @dataclass(frozen=True)
@@ -152,7 +164,20 @@ class PassOutcome:
     @property
     def clean(self) -> bool:
         """Ran and agreed with the reference: nothing that calls for a fresh process."""
-        return self.status == "ran" and (self.comparison is None or self.comparison.within)
+        return self.status == "ran" and (self.comparison is None or not self.comparison.beyond)
+
+
+def setup_line(double: dict | None) -> str:
+    """The first line a worker or zygote reads: which test double to load (None: the real device)."""
+    return dumps({"v": VERSION, "setup": {"double": double}})
+
+
+def read_setup(line: str) -> dict | None:
+    """The double named by a setup line (None: the real device); ProtocolError for anything else."""
+    message = loads(line)
+    if message.get("v") != VERSION or not isinstance(message.get("setup"), dict):
+        raise ProtocolError(f"expected a setup line, got {line[:200]!r}")
+    return message["setup"].get("double")
 
 
 def dumps(obj: dict) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from opscan.probe.compare import TOLERANCES
+from opscan.probe.comparison import TOLERANCES
 from opscan.probe.decide import SOURCE, Decision, decide
 from opscan.verdict import Evidence, Verdict
 
@@ -31,8 +31,17 @@ REMEDIES = {
 
 
 @dataclass(frozen=True)
+class Where:
+    """Where probes ran: the label reports show, whether it stands for MPS, whether it was a test double."""
+
+    label: str
+    stands_for_mps: bool
+    simulated: bool = False
+
+
+@dataclass(frozen=True)
 class RowMeasurement:
-    """What the probes measured for one row (duck-typed by report.with_measurements)."""
+    """What the probes measured for one row (duck-typed by report.measured_rows)."""
 
     verdict: Verdict
     evidence: Evidence
@@ -40,12 +49,20 @@ class RowMeasurement:
     block: dict
 
 
+def measure_calls(plan, result) -> tuple[Verdict, ...]:
+    """The measured verdict of each MPS-view call, in view order: the worst of the probes that stand for it (a
+    call with no probe, or one that could not be replayed, is unknown). The step graph is rebuilt on these."""
+    found = {pid: _probe_decision(pid, plan, result)[0].verdict for ids in plan.per_call for pid in ids}
+    return tuple(max((found[pid] for pid in ids), key=lambda v: v.rank, default=Verdict.UNKNOWN)
+                 for ids in plan.per_call)
+
+
 def measure_rows(plan, result, label: str) -> dict:
     """Row key (OpKey, dtypes) -> RowMeasurement, for every row of the plan."""
     out = {}
     for key, ids in plan.rows.items():
         found = [_probe_decision(pid, plan, result) for pid in ids]
-        worst = max(found, key=lambda f: f[0].verdict.rank)
+        worst = max(found, key=_severity)
         decision, off, on = worst
         comparisons = [o.comparison for _, o, _ in found if o is not None and o.comparison is not None]
         comparisons += [o.comparison for _, _, o in found if o is not None and o.comparison is not None]
@@ -65,6 +82,11 @@ def measure_rows(plan, result, label: str) -> dict:
         evidence = Evidence(decision.rule, f"measured on {label}: {decision.text}", SOURCE)
         out[key] = RowMeasurement(decision.verdict, evidence, REMEDIES[decision.verdict], block)
     return out
+
+
+def _severity(found) -> tuple:
+    """Worst verdict first; among equals an unchecked probe, so a row is only as checked as its least checked."""
+    return found[0].verdict.rank, found[0].rule.endswith("-unchecked")
 
 
 def _probe_decision(pid: str, plan, result):
@@ -97,17 +119,15 @@ def probe_verdicts(plan, result) -> Counter:
     return counts
 
 
-def section(plan, result, options, label: str, stands_for_mps: bool, isolation: str, journal: str | None,
-            run: dict) -> dict:
+def section(plan, result, options, where: Where, isolation: str, journal: str | None, run: dict) -> dict:
     """The report's top-level `measurement` section (see README, "Measured mode")."""
     envs = result.environments
-    note = (f"measured on {label}: the verdicts and the lane are measured" if stands_for_mps else
-            f"measured on {label} (not MPS): verdicts and lane stay predicted for MPS; each row's `measured` "
-            f"block describes {label} only")
     return {
-        "device": label,
-        "stands_for_mps": stands_for_mps,
-        "note": note,
+        "source": "measured",
+        "device": where.label,
+        "stands_for_mps": where.stands_for_mps,
+        "simulated": where.simulated,
+        "note": _note(where),
         "probes": len(plan.probes),
         "calls": plan.calls,
         "unreplayable": sorted(set(plan.unreplayable.values())),
@@ -117,8 +137,9 @@ def section(plan, result, options, label: str, stands_for_mps: bool, isolation: 
         "shapes": _shapes(plan, result),
         "tolerances": {d: {"atol": a, "rtol": r} for d, (a, r) in TOLERANCES.items()},
         "tolerance_rule": "|out - ref| <= atol * max(1, max|ref|) + rtol * |ref|, dtype = least precise floating "
-                          "dtype of the call; integers exact; random, empty* and tie-breaking index outputs by "
-                          "properties",
+                          "dtype of the call; integers exact; random and tie-breaking index outputs by properties; "
+                          "outputs of undefined content (empty*, new_empty*, resize_, set_) by shape and dtype; "
+                          "a pass with no reference or no output is unchecked, never within tolerance",
         "isolation": isolation,
         "workers": options.workers,
         "timeout_s": options.timeout,
@@ -126,6 +147,17 @@ def section(plan, result, options, label: str, stands_for_mps: bool, isolation: 
         "environment": {"off": envs.get("off"), "on": envs.get("on")},
         "run": run,
     }
+
+
+def _note(where: Where) -> str:
+    if where.simulated:
+        return (f"SIMULATED on {where.label}, a test double of the device, not a measurement of MPS: the verdicts, "
+                "the step graph, the transfers and the lane follow the simulation (test runs only)")
+    if where.stands_for_mps:
+        return (f"measured on {where.label}: the verdicts, the step graph, the transfers and the lane are measured; "
+                "the memory estimate and the upgrade advice stay predicted")
+    return (f"measured on {where.label} (not MPS): verdicts, step graph, transfers and lane stay predicted for MPS; "
+            f"each row's `measured` block describes {where.label} only")
 
 
 def _shapes(plan, result) -> dict:

@@ -21,7 +21,7 @@ from functools import partial
 from typing import Callable
 
 from opscan.probe.launch import EOF, TIMEOUT, LaunchError, SpawnLauncher, ZygoteLauncher, describe_exit
-from opscan.probe.protocol import PLUGIN_ENV, VERSION, PassOutcome, ProbeCall, ProtocolError, dumps, loads
+from opscan.probe.protocol import VERSION, PassOutcome, ProbeCall, ProtocolError, dumps, loads
 
 FALLBACK_VAR = "PYTORCH_ENABLE_MPS_FALLBACK"
 
@@ -37,6 +37,7 @@ class RunnerOptions:
     on_pass: str = "when-needed"  # or "always"
     startup_timeout: float = 300.0
     log_path: str | None = None  # where workers' stderr goes (default: discarded)
+    double: object = None  # backends.DeviceDouble: a test double instead of the device (tests only)
 
 
 def pass_env(pass_name: str, base: dict | None = None) -> dict:
@@ -52,8 +53,7 @@ def isolation_for(options: RunnerOptions) -> str:
     """Zygote forking where it is safe (Linux, a forkable backend); spawn on a Mac and for real MPS."""
     if options.isolation != "auto":
         return options.isolation
-    plugin = os.environ.get(PLUGIN_ENV)
-    if sys.platform == "darwin" or (options.device == "mps" and not plugin):
+    if sys.platform == "darwin" or (options.device == "mps" and options.double is None):
         return "spawn"
     return "zygote"
 
@@ -74,10 +74,11 @@ class Pool:
         kind = isolation_for(self.options)
         if kind == "zygote":
             try:
-                return ZygoteLauncher(self.options.device, env, self.options.startup_timeout, stderr)
+                return ZygoteLauncher(self.options.device, env, self.options.startup_timeout, stderr,
+                                      self.options.double)
             except LaunchError:
                 pass  # a backend that refuses forking: fall back to fresh interpreters
-        return SpawnLauncher(self.options.device, env, self.options.startup_timeout, stderr)
+        return SpawnLauncher(self.options.device, env, self.options.startup_timeout, stderr, self.options.double)
 
     def run(self, probes: list[ProbeCall]) -> dict[str, PassOutcome]:
         """Every probe's outcome for this pass."""

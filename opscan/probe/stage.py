@@ -18,8 +18,8 @@ from typing import Callable
 from opscan.errors import OpscanError
 from opscan.probe import calls, reconcile, runner
 from opscan.probe.journal import JOURNAL_NAME, Journal
+from opscan.probe.backends import DeviceDouble
 from opscan.probe.launch import LaunchError
-from opscan.probe.protocol import PLUGIN_ENV
 
 DEFAULT_MAX_ELEMENTS = 1 << 20
 LOG_NAME = "probes.log"
@@ -40,16 +40,25 @@ class ProbeOptions:
     timeout: float = 60.0
     isolation: str = "auto"
     on_pass: str = "when-needed"
+    double: DeviceDouble | None = None  # tests only: a test double stands in for `device` (never from the CLI)
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """One measured run: rows (row key -> RowMeasurement), the report's section, the plan and its outcomes."""
+    """One measured run: rows (row key -> RowMeasurement), each MPS-view call's measured verdict (view order),
+    where it ran, the report's section, the plan and its outcomes."""
 
     rows: dict
+    call_verdicts: tuple
+    where: reconcile.Where
     section: dict
     plan: calls.Plan
     result: runner.RunResult
+
+    @property
+    def stands_for_mps(self) -> bool:
+        """Measured on mps (or on a test double of it): the verdicts, graph, transfers and lane are measured."""
+        return self.where.stands_for_mps
 
 
 class Session(runner.Observer):
@@ -98,14 +107,14 @@ class Session(runner.Observer):
 
 
 def measure(trace, view, options: ProbeOptions, model_name: str, session: Session | None = None) -> Measurement:
-    """Plan, run and reconcile the probes of one traced step."""
-    if session is None or session.probes_here:
+    """Plan, run and reconcile the probes of one traced step (on `options.double` instead of the device: tests)."""
+    if options.double is None and (session is None or session.probes_here):
         check_device(options.device)
     plan = calls.plan(trace, view, options.device, options.max_elements)
     done, envs = session.open(plan, model_name) if session else ({}, {})
     run_options = runner.RunnerOptions(device=options.device, workers=options.workers, timeout=options.timeout,
                                        isolation=options.isolation, on_pass=options.on_pass,
-                                       log_path=session.log_path if session else None)
+                                       log_path=session.log_path if session else None, double=options.double)
     start = time.monotonic()
     try:
         result = runner.run_probes(list(plan.probes), run_options, done, session or runner.Observer(), envs)
@@ -114,27 +123,28 @@ def measure(trace, view, options: ProbeOptions, model_name: str, session: Sessio
     finally:
         if session:
             session.close()
-    label, stands = _label(options.device, result.environments)
+    where = measured_on(options.device, result.environments)
     run = {"wall_s": round(time.monotonic() - start, 3), "reused_outcomes": result.reused}
-    rows = reconcile.measure_rows(plan, result, label)
-    section = reconcile.section(plan, result, run_options, label, stands, runner.isolation_for(run_options),
+    rows = reconcile.measure_rows(plan, result, where.label)
+    section = reconcile.section(plan, result, run_options, where, runner.isolation_for(run_options),
                                 session.name if session else None, run)
-    return Measurement(rows, section, plan, result)
+    return Measurement(rows, reconcile.measure_calls(plan, result), where, section, plan, result)
 
 
-def _label(device: str, environments: dict) -> tuple[str, bool]:
+def measured_on(device: str, environments: dict) -> reconcile.Where:
+    """Where the probes ran, from the workers' own environment records: a test double says `simulated` (it
+    stands for the device it simulates, and the report says it was simulated); a real device is itself, and
+    only mps stands for MPS. Records, not options: `opscan merge` has only the results file's records."""
     env = environments.get("off") or environments.get("on") or {}
     if env.get("simulated"):
-        return env.get("backend", "simulated"), True
-    return device, device == "mps"
+        return reconcile.Where(env.get("backend") or "simulated", env.get("device") == "mps", simulated=True)
+    return reconcile.Where(device, device == "mps")
 
 
 def check_device(device: str) -> None:
     """Refuse a device this machine cannot probe on, with the fix."""
     if device not in DEVICES:
         raise ProbeEnvironmentError(f"unknown probe device {device!r} — use one of {', '.join(DEVICES)}")
-    if os.environ.get(PLUGIN_ENV):  # a simulated device (tests)
-        return
     import torch
 
     if device == "cuda" and not torch.cuda.is_available():

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import re
 
-# UserWarning with PYTORCH_ENABLE_MPS_FALLBACK set, every release (TORCH_WARN_ONCE at one call site)
-FALLBACK_WARNING = re.compile(
-    r"The operator '(?P<op>[^']+)' is not currently supported on the MPS backend and will fall back to run on the CPU")
+from opscan.probe.comparison import FALLBACK_WARNING, fallback_ops  # noqa: F401 - the one copy of that text
 
 # NotImplementedError with the variable unset: 2.6+ ("...considered for addition...") and 2.0-2.5
 # ("...added in priority during the prototype phase..."); "current implemented" is the 1.12 typo
@@ -45,7 +43,3 @@ def is_dtype_error(message: str) -> bool:
     """True when an exception message is one of PyTorch's dtype-support texts."""
     return any(p.search(message) for p in DTYPE_TEXTS)
 
-
-def fallback_ops(warnings) -> list[str]:
-    """The ops named by fallback warnings among `warnings` (texts), in order."""
-    return [m.group("op") for w in warnings if (m := FALLBACK_WARNING.search(w))]

@@ -3,7 +3,9 @@
     python -m opscan.probe.worker --fd N --device cpu|cuda|mps
 
 The parent sets PYTORCH_ENABLE_MPS_FALLBACK in this process's environment before it starts (the
-variable is read once, at `import torch`). The worker sends a hello line (its environment record),
+variable is read once, at `import torch`). A spawned worker reads the setup line (protocol.py: the test
+double to load, if any) before anything else; a forked one got its backend from the zygote. The worker
+sends a hello line (its environment record),
 then for each request line: builds the inputs, runs the op on the device, synchronizes, compares
 with the reference and writes one `PassOutcome` line on its socket. Warn-once is defeated
 (`torch.set_warn_always(True)`, `warnings.simplefilter("always")`), so every fallback warning of
@@ -22,18 +24,19 @@ import warnings
 
 import torch
 
-from opscan.probe import backends, compare, replay, shrink
-from opscan.probe.protocol import VERSION, Comparison, PassOutcome, ProbeCall, dumps, loads
+from opscan.probe import backends, compare, comparison, replay, shrink
+from opscan.probe.protocol import VERSION, PassOutcome, ProbeCall, dumps, loads, read_setup
 from opscan.probe.texts import fallback_ops
 
 MESSAGE_LIMIT = 4000
 
 
-def preload(device: str):
-    """Everything a worker imports, done before any fork: the backend (not yet prepared) and op_probes."""
+def preload(device: str, double: dict | None = None):
+    """Everything a worker imports, done before any fork: the backend (not yet prepared; a test double when the
+    setup line named one) and op_probes."""
     import op_probes  # noqa: F401  (builders register at import; a broken registry fails here, loudly)
 
-    return backends.load(device)
+    return backends.load(device, backends.DeviceDouble.from_dict(double))
 
 
 def serve(sock: socket.socket, backend) -> None:
@@ -102,7 +105,7 @@ def _prepare(call: ProbeCall, func):
 def _reference(call, func, tensors):
     """(outputs, "float64" | "same-dtype") from the CPU, or the reason there is none (a string)."""
     why = ""
-    for wide, label in ((True, "float64"), (False, "same-dtype")):
+    for wide, label in comparison.references(func):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -136,7 +139,7 @@ def _host(value):
 
 def _compare(call, func, got, reference):
     if isinstance(reference, str):
-        return Comparison("none", True, reference="none", detail=f"no CPU reference: {reference}")
+        return compare.unchecked(reference)
     outputs, label = reference
     return compare.compare(func, got, outputs, [t.dtype for t in call.tensors], label)
 
@@ -151,8 +154,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--device", required=True)
     ns = parser.parse_args(argv)
-    backend = preload(ns.device)
-    serve(socket.socket(fileno=ns.fd), backend)
+    sock = socket.socket(fileno=ns.fd)
+    setup = sock.makefile("rb").readline().decode()  # the parent sends nothing more until the hello
+    serve(sock, preload(ns.device, read_setup(setup)))
 
 
 if __name__ == "__main__":

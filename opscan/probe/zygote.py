@@ -3,7 +3,8 @@
     python -m opscan.probe.zygote --fd N --device cpu|cuda
 
 Started once per pass with that pass's environment (PYTORCH_ENABLE_MPS_FALLBACK set or unset before
-`import torch`, as the variable demands). It imports what a worker imports and touches no device,
+`import torch`, as the variable demands). Its first control message is the setup line (protocol.py: the test
+double to load, if any). It imports what a worker imports and touches no device,
 then for every request on its control socket (one byte carrying a socket fd) forks a worker that
 serves probes on that socket in its own session. It reports `{"forked": pid}` and, when a worker
 ends, `{"exit": pid, "returncode": rc}` (negative: the signal). It never forks once CUDA is
@@ -100,9 +101,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", required=True)
     ns = parser.parse_args(argv)
     ctl = socket.socket(fileno=ns.fd)
+    from opscan.probe.protocol import read_setup
     from opscan.probe.worker import preload
 
-    backend = preload(ns.device)
+    backend = preload(ns.device, read_setup(ctl.recv(65536).decode()))
     refusal = _refusal(backend)
     _send(ctl, {"refused": refusal} if refusal else {"ready": os.getpid()})
     if not refusal:

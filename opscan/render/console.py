@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from opscan.memory.section import human as _bytes
+from opscan.units import human_bytes as _bytes
 from opscan.opkey import signature_text
 from opscan.report import Report, Row
 from opscan.verdict import Verdict
@@ -109,7 +109,7 @@ def _finds(row: Row) -> bool:
 
 def _measurement(report: Report) -> str:
     """Measured mode: where the probes ran and what they found (cpu/cuda never stand in for MPS)."""
-    m = report.extra.get("measurement")
+    m = report.measurement
     if not m:
         return ""
     where = m["device"] if m.get("stands_for_mps") else f"{m['device']} (not MPS: verdicts stay predicted)"
@@ -219,7 +219,7 @@ def _tree_label(name: str, path: str, worst, ops) -> str:
 
 def _upgrade(report: Report) -> str:
     """The smallest upgrade that makes the whole step native (predict/history.py); empty when none was looked at."""
-    advice = report.extra.get("upgrade") or {}
+    advice = report.upgrade or {}
     if not advice.get("checked") or (not advice.get("target") and not advice.get("blocking")):
         return ""
     return escape(f"Upgrade: {advice['text']}")
@@ -233,7 +233,7 @@ def _transfers(report: Report) -> str:
         return ""
     parts = [f"{kind} {_bytes(t[kind]['bytes'])}" for kind in ("fallback", "explicit", "implicit")
              if (t.get(kind) or {}).get("bytes")]
-    lines = [f"CPU<->MPS per step: {_bytes(step['bytes'])} in {step['syncs']} syncs "
+    lines = [f"CPU<->MPS per step ({t.get('source', 'predicted')}): {_bytes(step['bytes'])} in {step['syncs']} syncs "
              f"(to host {_bytes(step['d2h_bytes'])}, to MPS {_bytes(step['h2d_bytes'])}; {', '.join(parts) or 'none'})"]
     lines += [f"  {r['op']} in {r['module'] or '(model)'} ({r['phase']}): {_bytes(r['bytes'])}, {r['syncs']} syncs"
               for r in (t.get("ranking") or [])[:3]]
@@ -242,7 +242,7 @@ def _transfers(report: Report) -> str:
 
 def _memory(report: Report) -> str:
     """The memory section's line (opscan/memory/section.py), the largest batches, bfloat16 and the live log."""
-    m = report.extra.get("memory")
+    m = report.memory
     if not m:
         return ""
     peak = m["estimate"]["peak"]
@@ -273,6 +273,6 @@ def _next(report: Report) -> str:
         lines.append("Next: these verdicts are predicted. On a Mac, `opscan TARGET` measures every call and `opscan "
                      "accept TARGET` runs the real step against the CPU; `opscan bundle TARGET` packs the probes for "
                      "a Mac you reach over SSH.")
-    if any(_finds(r) for r in report.rows) and "repro" not in report.extra:
+    if any(_finds(r) for r in report.rows) and report.repro is None:
         lines.append("`--repro` writes a standalone script and an ISSUE.md for each finding.")
     return escape("\n".join(lines))

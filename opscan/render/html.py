@@ -16,7 +16,8 @@ from opscan.opkey import signature_text
 from opscan.report import Report, Row
 from opscan.render.html_assets import ERROR_HOOK, PAGE_SCRIPT, STYLE
 from opscan.render.html_memory import memory_section
-from opscan.render.svg import fmt_bytes, neighbourhood_svg
+from opscan.render.svg import neighbourhood_svg
+from opscan.units import human_bytes
 from opscan.verdict import Verdict
 
 
@@ -53,7 +54,8 @@ def _summary(report: Report) -> str:
     reasons = "".join(f"<li>{escape(r)}</li>" for r in report.lane.reasons[:20])
     more = f"<li>… and {len(report.lane.reasons) - 20} more</li>" if len(report.lane.reasons) > 20 else ""
     return (f'<section id="summary"><h2>Verdicts</h2><div class="pills">{pills}</div>'
-            f'<h2>Lane</h2><span class="lane lane-{escape(report.lane.name)}">{escape(report.lane.name)}</span>'
+            f'<h2>Lane</h2><span class="lane lane-{escape(report.lane.name)}">{escape(report.lane.name)}</span> '
+            f'<span class="small">({escape(report.mode if report.mode == "simulated" else report.lane.source)})</span>'
             f"<ul>{reasons}{more}</ul></section>")
 
 
@@ -85,15 +87,15 @@ def _finding(number: int, index: int, row: Row, nb, order, types, transfers) -> 
     moved = [r for r in (transfers or {}).get("ranking", []) if r["row"] == index]
     if moved:
         b, s = sum(r["bytes"] for r in moved), sum(r["syncs"] for r in moved)
-        lines.append(f"<p><b>Per step:</b> {fmt_bytes(b)} copied between host and device, {s} syncs</p>")
+        lines.append(f"<p><b>Per step:</b> {human_bytes(b)} copied between host and device, {s} syncs</p>")
     if nb is not None:
         lines.append(f'<div class="graph-box">{neighbourhood_svg(nb, order, types)}</div>')
     return f'<article class="card finding" id="finding-{index}" data-row="{index}">{"".join(lines)}</article>'
 
 
 def _cost_cells(c: dict) -> str:
-    return (f'<td class="num">{fmt_bytes(c["d2h_bytes"])}</td><td class="num">{c["d2h_syncs"]}</td>'
-            f'<td class="num">{fmt_bytes(c["h2d_bytes"])}</td><td class="num">{c["h2d_syncs"]}</td>')
+    return (f'<td class="num">{human_bytes(c["d2h_bytes"])}</td><td class="num">{c["d2h_syncs"]}</td>'
+            f'<td class="num">{human_bytes(c["h2d_bytes"])}</td><td class="num">{c["h2d_syncs"]}</td>')
 
 
 _COST_HEAD = "<th>to host</th><th>syncs</th><th>to device</th><th>syncs</th>"
@@ -117,8 +119,8 @@ def _footprint(f: dict) -> str:
     total = f["parameters_bytes"] + f["activations_bytes"]
     share = min(100.0, 100.0 * f["fallback_bytes"] / total) if total else 0.0
     verdict = "more than" if f["fallback_exceeds"] else "less than"
-    return (f'<p>The CPU fallback moves {fmt_bytes(f["fallback_bytes"])} per step, {verdict} the step\'s '
-            f'parameters and activations ({fmt_bytes(total)}).</p><div class="bar" title="{share:.1f}%">'
+    return (f'<p>The CPU fallback moves {human_bytes(f["fallback_bytes"])} per step, {verdict} the step\'s '
+            f'parameters and activations ({human_bytes(total)}).</p><div class="bar" title="{share:.1f}%">'
             f'<span style="width:{share:.1f}%"></span></div>')
 
 
@@ -138,12 +140,12 @@ def _regions(regions: list) -> str:
     items = "".join(
         f'<div class="card region"><b>{escape(", ".join(r["ops"]))}</b> in '
         f'{escape(", ".join(m or "(model)" for m in r["modules"]))} ({escape(", ".join(r["phases"]))}): '
-        f'the fallback copies {fmt_bytes(r["per_call"]["bytes"])} with {r["per_call"]["syncs"]} syncs per step. '
+        f'the fallback copies {human_bytes(r["per_call"]["bytes"])} with {r["per_call"]["syncs"]} syncs per step. '
         f"Moving this region to the CPU explicitly (one <code>.cpu()</code> per tensor entering it, one "
         f"<code>.to(\"mps\")</code> per result leaving it"
         + (f"; keep {escape(', '.join(r['keep_on_host']))} on the CPU" if r["keep_on_host"] else "")
-        + f') copies {fmt_bytes(r["explicit"]["bytes"])} with {r["explicit"]["syncs"]} syncs: saves '
-        f'{fmt_bytes(r["saved"]["bytes"])} and {r["saved"]["syncs"]} syncs.</div>' for r in regions)
+        + f') copies {human_bytes(r["explicit"]["bytes"])} with {r["explicit"]["syncs"]} syncs: saves '
+        f'{human_bytes(r["saved"]["bytes"])} and {r["saved"]["syncs"]} syncs.</div>' for r in regions)
     return f"<h2>Fallback regions</h2>{items}"
 
 
@@ -197,7 +199,7 @@ def _ops(report: Report) -> str:
 
 
 def _memory(report: Report) -> str:
-    memory = report.extra.get("memory")
+    memory = report.memory
     if not memory:
         return ""
     return memory_section(memory)  # the estimate, the Mac sizing table, the live log (html_memory.py)

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from html import escape
 
+from opscan.units import human_bytes
+
 CATEGORY_NAMES = ("parameters", "gradients", "optimizer_state", "activations", "temporaries", "inputs")
 VERDICT_CLASS = {"fits": "native", "tight": "cpu_fallback", "does_not_fit": "unsupported"}
-
-
-def gb(n: float) -> str:
-    """Bytes as GB (2**30) with two decimals, MB below 0.1 GB."""
-    return f"{n / 2**30:.2f} GB" if n >= 2**30 / 10 else f"{n / 2**20:.1f} MB"
 
 
 def memory_section(memory: dict) -> str:
@@ -31,15 +28,16 @@ def memory_section(memory: dict) -> str:
 def _phases(estimate: dict) -> str:
     head = "".join(f"<th>{escape(c.replace('_', ' '))}</th>" for c in CATEGORY_NAMES)
     rows = "".join(
-        f'<tr><td>{escape(name)}</td><td class="num">{gb(p["bytes"])}</td><td>{escape(p["module"] or "(model)")}</td>'
+        f'<tr><td>{escape(name)}</td><td class="num">{human_bytes(p["bytes"])}</td>'
+        f'<td>{escape(p["module"] or "(model)")}</td>'
         f'<td>{escape(p["op"])}</td>' + _cells(p["categories"]) + "</tr>" for name, p in estimate["phases"].items())
-    return (f'<h3>Peak per phase (steady-state step; first step {gb(estimate["first_step_peak_bytes"])})</h3>'
+    return (f'<h3>Peak per phase (steady-state step; first step {human_bytes(estimate["first_step_peak_bytes"])})</h3>'
             f'<table id="memory-phases"><tr><th>phase</th><th>peak</th><th>module</th><th>op</th>{head}</tr>'
             f"{rows}</table>")
 
 
 def _cells(categories: dict) -> str:
-    return "".join(f'<td class="num">{gb(categories[c])}</td>' for c in CATEGORY_NAMES)
+    return "".join(f'<td class="num">{human_bytes(categories[c])}</td>' for c in CATEGORY_NAMES)
 
 
 def _verdict(v: str) -> str:
@@ -55,8 +53,10 @@ def _macs(memory: dict) -> str:
     top = (memory.get("assumes") or {}).get("max_batch_searched") if (memory.get("batch_scaling") or {}).get(
         "points") else None
     rows = "".join(
-        f'<tr data-ram="{m["ram_gb"]}"><td>{m["ram_gb"]} GB</td><td class="num">{gb(m["recommended_bytes"])}</td>'
-        f'<td>{m["fraction"]:.3f} ({escape(m["fraction_basis"])})</td><td class="num">{gb(m["hard_cap_bytes"])}</td>'
+        f'<tr data-ram="{m["ram_gb"]}"><td>{m["ram_gb"]} GB</td>'
+        f'<td class="num">{human_bytes(m["recommended_bytes"])}</td>'
+        f'<td>{m["fraction"]:.3f} ({escape(m["fraction_basis"])})</td>'
+        f'<td class="num">{human_bytes(m["hard_cap_bytes"])}</td>'
         f'<td>{_verdict(m["verdict"])}</td><td class="num">{_batch(m["max_batch"], top)}</td>'
         f'<td class="num">{_batch(m["max_batch_under_cap"], top)}</td><td>{_verdict(m["bfloat16"]["verdict"])}</td>'
         f'<td class="num">{_batch(m["bfloat16"]["max_batch"], top)}</td></tr>' for m in memory["macs"])
@@ -78,7 +78,7 @@ def _bf16(bf16: dict) -> str:
 
 
 def _scaling(scaling: dict) -> str:
-    points = ", ".join(f'batch {p["batch"]}: {gb(p["peak_bytes"])}' for p in scaling.get("points", []))
+    points = ", ".join(f'batch {p["batch"]}: {human_bytes(p["peak_bytes"])}' for p in scaling.get("points", []))
     text = (f'The batch ({escape(str(scaling.get("varied", "")))}) was traced at {scaling.get("batch")}; '
             f'sizing runs on {escape(str(scaling.get("method")))} tensors'
             + (f": {escape(points)}" if points else "") + ".")

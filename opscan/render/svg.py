@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from html import escape
 
+from opscan.units import human_bytes
+
 COL_W, NODE_W, NODE_H, ROW_H, LABEL_W, PAD = 168, 150, 38, 50, 170, 12
 FALLBACK = frozenset({"cpu_fallback", "unsupported"})
 
@@ -96,18 +98,9 @@ def _node(n: dict, at: tuple[int, int], focus: bool) -> str:
 
 def _sub(n: dict) -> str:
     if n["syncs"]:
-        return f"⇅ {fmt_bytes(n['d2h_bytes'] + n['h2d_bytes'])}, {n['syncs']} syncs"
+        return f"⇅ {human_bytes(n['d2h_bytes'] + n['h2d_bytes'])}, {n['syncs']} syncs"
     return f"{n['phase'] or '-'} · {_short(n['dtypes'], 14)}"
 
 
 def _short(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
-
-
-def fmt_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB' (byte counts for people)."""
-    for unit in ("B", "KiB", "MiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"

@@ -179,7 +179,7 @@ def recorded_text(outcome: dict) -> str:
     if outcome["status"] == "raised":
         lines.append(f"result: raised {outcome.get('exc_type')}: {outcome.get('message')}")
     elif outcome["status"] == "ran":
-        within = "within" if outcome.get("within") in (True, None) else "BEYOND"
+        within = {True: "within", False: "BEYOND"}.get(outcome.get("within"), "UNCHECKED (nothing compared)")
         lines.append(f"result: ran; max abs difference {_num(outcome.get('max_abs'))} · max rel difference "
                      f"{_num(outcome.get('max_rel'))} vs the {outcome.get('reference')} CPU reference: {within}"
                      + (f": {outcome['detail']}" if outcome.get("detail") else ""))

@@ -34,7 +34,7 @@ class Boundary:
     fails_at: list
     passes_at: list | None  # a next smaller shape that passes (None: every smaller one failed differently)
     probes: int  # probes run
-    label: str  # where they ran ("mps", or the simulated backend's name in tests)
+    label: str  # where they ran ("mps", or the test double's name in tests)
     sizes: dict = field(default_factory=dict)  # original size -> {"kept", "fails", "passes"}: the smaller sizes tried
 
     def to_dict(self) -> dict:
@@ -47,7 +47,7 @@ class Boundary:
 def failure_key(outcome: PassOutcome) -> tuple | None:
     """What a failure is, numbers normalised; None when the call ran cleanly (agreed, no fallback)."""
     if outcome.status == "ran":
-        if outcome.comparison is not None and not outcome.comparison.within:
+        if outcome.comparison is not None and outcome.comparison.beyond:
             return ("beyond tolerance",)
         return ("fallback",) if outcome.fallback_seen else None
     first = ((outcome.message or "").strip().splitlines() or [""])[0]
@@ -76,9 +76,10 @@ def shapes(call: ProbeCall) -> list:
     return [list(t.shape) for t in call.tensors]
 
 
-def minimize(call: ProbeCall, device: str, timeout: float = 60.0, workers: int = 2) -> Boundary:
-    """Shrink `call` on `device` while its failure persists (see the module docstring)."""
-    prober = Prober(device, timeout, workers)
+def minimize(call: ProbeCall, device: str, timeout: float = 60.0, workers: int = 2, double=None) -> Boundary:
+    """Shrink `call` on `device` (or on the test double `double`, tests only) while its failure persists (see the
+    module docstring)."""
+    prober = Prober(device, timeout, workers, double)
     try:
         return _search(call, prober)
     finally:
@@ -146,10 +147,11 @@ class _Kept:
 class Prober:
     """The off pass of the real probe runner (fallback variable unset), batch after batch."""
 
-    def __init__(self, device: str, timeout: float, workers: int):
+    def __init__(self, device: str, timeout: float, workers: int, double=None):
         from opscan.probe.runner import Pool, RunnerOptions
 
-        self.pool = Pool("off", RunnerOptions(device=device, workers=workers, timeout=timeout), lambda o: None)
+        options = RunnerOptions(device=device, workers=workers, timeout=timeout, double=double)
+        self.pool = Pool("off", options, lambda o: None)
         self.inner = self.pool.launcher
         self.pool.launcher = _Kept(self.inner)
         self.count = 0
@@ -162,10 +164,70 @@ class Prober:
 
     @property
     def label(self) -> str:
-        """Where the probes ran: the device, or a simulated backend's name (tests)."""
+        """Where the probes ran: the device, or a test double's name (tests)."""
         hello = self.pool.hello or {}
         return hello.get("backend", self.device) if hello.get("simulated") else self.device
 
     def close(self) -> None:
         """Stop the workers' launcher."""
         self.inner.close()
+
+
+@dataclass(frozen=True)
+class Minimized:
+    """`opscan repro --minimize` over the selected findings: each with its minimised call, a boundary line per
+    finding tried (stdout), a line per finding with no buildable call (stderr), and whether all were minimised."""
+
+    findings: list
+    lines: list
+    notes: list
+    all_minimised: bool
+
+
+def minimize_findings(findings: list[dict], device: str, timeout: float, double=None) -> Minimized:
+    """Minimise the first buildable call of each finding of the report's repro section on `device` (or on the test
+    double `double`: tests only, never from the command line)."""
+    out, lines, notes, all_minimised = [], [], [], True
+    for finding in findings:
+        calls = [c for c in finding.get("calls") or [] if not c.get("unbuildable")]
+        if not calls:
+            notes.append(f"{_head(finding)}: {_why_unbuildable(finding)}; nothing to minimise")
+            all_minimised = False
+            out.append(finding)
+            continue
+        boundary = minimize(ProbeCall.from_dict(calls[0]["probe"]), device, timeout, double=double)
+        lines.append(_boundary_line(finding, boundary))
+        all_minimised = all_minimised and boundary.reproduced
+        out.append(_with_boundary(finding, boundary) if boundary.reproduced else finding)
+    return Minimized(out, lines, notes, all_minimised)
+
+
+def _with_boundary(finding: dict, boundary: Boundary) -> dict:
+    """The finding with its minimised call as its only call."""
+    from opscan.repro.section import call_entry, outcome_entry
+
+    entry = {**call_entry(boundary.call), "original_shapes": boundary.original, "minimized": boundary.to_dict()}
+    entry["outcomes"] = {boundary.label: outcome_entry(boundary.outcome)}
+    return {**finding, "calls": [entry], "more_calls": 0}
+
+
+def _head(finding: dict) -> str:
+    return f"{finding['op']} [{','.join(finding['dtypes'])}]"
+
+
+def _why_unbuildable(finding: dict) -> str:
+    """Why no call of the finding can be built (the section's own words)."""
+    reasons = [c["unbuildable"] for c in finding.get("calls") or [] if c.get("unbuildable")]
+    reasons += finding.get("unreplayable") or []
+    return "no call of it can be built" + (f" ({reasons[0]})" if reasons else " (the report recorded none)")
+
+
+def _boundary_line(finding: dict, boundary: Boundary) -> str:
+    head = _head(finding)
+    if not boundary.reproduced:
+        return f"{head}: did not fail on {boundary.label} ({boundary.failure}); nothing to minimise"
+    passes = f"passes at {boundary.passes_at}" if boundary.passes_at else "no smaller shape passes"
+    sizes = "; ".join(f"size {size}: fails at {v['fails']}, passes at {v['passes']}"
+                      for size, v in boundary.sizes.items())
+    return (f"{head}: fails at {boundary.fails_at}, {passes}; original {boundary.original} ({sizes}) — "
+            f"{boundary.failure[:160]} ({boundary.probes} probes on {boundary.label})")

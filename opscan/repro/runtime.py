@@ -3,8 +3,9 @@
 Standalone on purpose: torch and the standard library only, nothing from opscan. It rebuilds a probe's
 inputs exactly as the probe worker does (opscan/probe/replay.py: a seeded CPU generator per probe, the
 recorded shapes and strides, recorded or inlined integer values), runs the call on the device, runs the
-CPU reference (floating inputs widened to float64, else the probe's own dtypes) and compares them with the
-tolerances of opscan/probe/compare.py. `main(case)` returns the script's exit code:
+CPU reference (floating inputs widened to float64, else the probe's own dtypes) and compares them with
+opscan/probe/comparison.py, the probe worker's own comparison (copied into the script before this file).
+`main(case)` returns the script's exit code:
 
     0  ran and agreed with the reference, no CPU-fallback warning: the failure did not reproduce
     1  the failure reproduced: the call raised, disagreed with the reference beyond tolerance, or PyTorch
@@ -18,14 +19,13 @@ Only the device call itself raising counts as reproduced: every other failure is
 
 import argparse
 import os
-import re
 import sys
 import warnings
 import zlib
 
 import torch
 
-from opscan.repro.runtime_compare import compare  # scripts: runtime_compare.py's source comes first
+from opscan.probe.comparison import compare, fallback_ops, references  # scripts: comparison.py comes first
 
 FLOATING = ("float64", "float32", "float16", "bfloat16")
 COMPLEX = ("complex64", "complex128")
@@ -33,8 +33,6 @@ RANDOM_DTYPE = {"float16": "float32", "bfloat16": "float32", "float32": "float32
                 "complex64": "complex64", "complex128": "complex128"}
 WIDE = {"float16": "float64", "bfloat16": "float64", "float32": "float64", "float64": "float64",
         "complex64": "complex128", "complex128": "complex128"}
-FALLBACK_WARNING = re.compile(
-    r"The operator '(?P<op>[^']+)' is not currently supported on the MPS backend and will fall back to run on the CPU")
 
 
 class CannotRun(Exception):
@@ -91,9 +89,13 @@ def judge(func, case, device, tensors, reference):
         return verdict(bool(fallback))
     outputs, label = reference
     try:
-        problem, err_abs, err_rel, tol = compare(func, case, got, outputs)
+        problem, err_abs, err_rel, tol, how = compare(func, [t["dtype"] for t in case["tensors"]], got, outputs)
     except Exception as exc:  # noqa: BLE001 - the comparison is ours, not the call being reproduced
         return cannot_run("comparing with the CPU reference failed: " + first_line(exc))
+    if problem is None and how in ("none", "shape"):
+        print("result: ran; values not compared (" + ("the call has no output to compare" if how == "none" else
+              "its outputs hold undefined values: shape and dtype agree with the " + label + " CPU reference") + ")")
+        return verdict(bool(fallback))
     within = "within" if problem is None else "BEYOND"
     tolerance = "no floating output" if tol is None else tol[0] + " tolerance atol " + repr(tol[1]) + \
         ", rtol " + repr(tol[2])
@@ -242,7 +244,7 @@ def flatten(value):
 def run_reference(func, case, tensors):
     """(outputs, "float64" | "same-dtype") on the CPU, or why there is none (a string)."""
     why = ""
-    for wide, label in ((True, "float64"), (False, "same-dtype")):
+    for wide, label in references(func):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -271,7 +273,7 @@ def run_on_device(func, case, tensors, device):
             raise
         except Exception as exc:  # noqa: BLE001 - the failure being reproduced
             got, error = None, exc
-    fallback = [m.group("op") for w in caught if (m := FALLBACK_WARNING.search(str(w.message)))]
+    fallback = fallback_ops(w.message for w in caught)
     return got, error, fallback
 
 

@@ -36,16 +36,19 @@ STRUCT = {"int64": "q", "int32": "i", "int16": "h", "int8": "b", "uint8": "B", "
           "uint64": "Q", "bool": "?"}
 
 
-RUNTIME_FILES = ("runtime_compare.py", "runtime.py")  # in this order: runtime.py calls compare()
-
-
 def runtime_source() -> str:
-    """runtime_compare.py then runtime.py, without their docstrings, imports from opscan and `__main__` guard."""
-    return "\n\n".join(_body(name) for name in RUNTIME_FILES)
+    """opscan/probe/comparison.py byte for byte (the probe worker's own comparison), then runtime.py without its
+    docstring, its imports from opscan and its `__main__` guard."""
+    return comparison_source() + "\n\n" + _body()
 
 
-def _body(name: str) -> str:
-    text = resources.files("opscan.repro").joinpath(name).read_text(encoding="utf-8")
+def comparison_source() -> str:
+    """The text of opscan/probe/comparison.py, as every script carries it."""
+    return resources.files("opscan.probe").joinpath("comparison.py").read_text(encoding="utf-8")
+
+
+def _body() -> str:
+    text = resources.files("opscan.repro").joinpath("runtime.py").read_text(encoding="utf-8")
     docstring_end = ast.parse(text).body[0].end_lineno
     lines = [line for line in text.splitlines()[docstring_end:] if not line.startswith("from opscan.")]
     body = "\n".join(lines).strip("\n") + "\n"
@@ -92,7 +95,8 @@ def literal(value):
 
 
 def case_of(call: dict, device: str) -> dict:
-    """What runtime.main needs: op, tensors (recorded or inlined values), arguments, seed, comparison."""
+    """What runtime.main needs: op, tensors (recorded or inlined values), arguments and seed (how each output is
+    compared follows from the op, in comparison.py)."""
     probe = call["probe"]
     inline = call.get("inline") or {}
     tensors = []
@@ -102,8 +106,7 @@ def case_of(call: dict, device: str) -> dict:
             values = _unpacked(inline[str(i)])
         tensors.append({"dtype": spec["dtype"], "shape": list(spec["shape"]), "stride": list(spec["stride"]),
                         "values": _compact(values, spec["dtype"])})
-    return {"op": probe["op"], "device": device, "seed": probe["seed"], "tensors": tensors, "spec": probe["spec"],
-            "properties": call.get("properties") or []}
+    return {"op": probe["op"], "device": device, "seed": probe["seed"], "tensors": tensors, "spec": probe["spec"]}
 
 
 def _unpacked(packed: dict):

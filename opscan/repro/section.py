@@ -112,7 +112,7 @@ def prepared(call) -> dict:
     {"unbuildable": why} when the probe's inputs cannot be built here either."""
     import torch
 
-    from opscan.probe import compare, replay
+    from opscan.probe import comparison, replay
 
     namespace = call.op.partition("::")[0]
     if namespace not in TORCH_NAMESPACES:
@@ -127,7 +127,7 @@ def prepared(call) -> dict:
     seeded = [replay._initial(spec, generator)[0] for spec in call.tensors]  # what the script builds by itself
     inline = {str(i): pack(b) for i, (s, b) in enumerate(zip(seeded, built))
               if call.tensors[i].values is None and not _same(s, b)}
-    positions = [p for p in range(8) if compare.how_for(func, p) == "properties"]
+    positions = [p for p in range(8) if comparison.how_for(func, p) == "properties"]
     return {"inline": inline, "properties": "all" if len(positions) == 8 else positions}
 
 
@@ -164,7 +164,7 @@ def outcome_entry(off, on=None) -> dict:
     return {
         "status": off.status, "exc_type": off.exc_type, "message": first[0][:400] if first else None,
         "fallback_seen": off.fallback_seen, "signal": off.signal,
-        "within": comparison.within if comparison else None,
+        "within": comparison.within if comparison and comparison.checked else None,
         "max_abs": comparison.max_abs if comparison else None,
         "max_rel": comparison.max_rel if comparison else None,
         "reference": comparison.reference if comparison else None,
@@ -181,6 +181,6 @@ def expected_exit(off) -> int | None:
     """The script's exit code for this outcome: 0 agreed, 1 reproduced, 2 cannot run; None for a crash or a
     timeout (the process dies, or outlives its limit)."""
     if off.status == "ran":
-        beyond = off.comparison is not None and not off.comparison.within
+        beyond = off.comparison is not None and off.comparison.beyond
         return 1 if beyond or off.fallback_seen else 0
     return {"raised": 1, "unbuildable": 2}.get(off.status)

@@ -34,11 +34,12 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 
+from opscan.units import human_bytes
+
 log = logging.getLogger("opscan")
 
 STATE_COPIES = 4  # weights + gradients + AdamW exp_avg + exp_avg_sq
 RAM_FRACTION = 0.5  # switch to fake tensors when STATE_COPIES x parameter bytes exceed this much of RAM
-GIB = 1024**3
 
 
 @dataclass(frozen=True)
@@ -68,10 +69,10 @@ class Footprint:
 
     def describe(self) -> str:
         """One sentence for stderr and the report's notes."""
-        return (f"parameters take {self.param_bytes / GIB:.2f} GiB; x{self.copies} for "
+        return (f"parameters take {human_bytes(self.param_bytes)}; x{self.copies} for "
                 f"{'weights, gradients and AdamW state' if self.copies > 1 else 'weights'} = "
-                f"{self.estimate / GIB:.1f} GiB, more than {RAM_FRACTION:.0%} of the "
-                f"{self.available / GIB:.1f} GiB of RAM available")
+                f"{human_bytes(self.estimate)}, more than {RAM_FRACTION:.0%} of the "
+                f"{human_bytes(self.available)} of RAM available")
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """SIMULATED MPS BACKEND — FOR TESTS ONLY. Not PyTorch's MPS; never used outside the test suite.
 
-Loaded inside the real probe worker through `OPSCAN_PROBE_BACKEND=simulated_mps` (with tests/ on
-PYTHONPATH). It runs ops on the CPU but behaves the way MPS does where opscan's measurement depends
-on it (mps_facts.md §1):
+A test hands `double(script)` (a DeviceDouble) to opscan's Python API — ProbeOptions, RunnerOptions,
+remote.run, minimize — and the real probe worker loads it from its setup message; nothing else can select it
+(no environment variable, no flag), and every report measured on it says `mode: simulated` and names it as
+the device. It runs ops on the CPU but behaves the way MPS does where opscan's measurement depends on it
+(mps_facts.md §1):
 
 - it reads PYTORCH_ENABLE_MPS_FALLBACK once, when it is imported (unset or "0" = off, the 2.8+ parsing):
   a runner that sets the variable after import gets the old value, as with real torch;
@@ -11,7 +13,7 @@ on it (mps_facts.md §1):
 - an asynchronous error surfaces only at the next synchronize;
 - a scripted op can segfault, abort, hang, or return a wrong result.
 
-What each op does comes from a JSON script (`OPSCAN_SIM_MPS_SCRIPT`, read at import):
+What each op does comes from a script, the double's options (plain JSON data):
 `{"generation": "2.6+" | "2.0-2.5", "default": KIND, "ops": {"aten::relu": KIND | {"kind": KIND, ...}}}`
 with KIND one of native, always_cpu, always_cpu_wrong, unsupported, unsupported_error,
 unsupported_abort, dtype, error, async_error, segfault, abort, hang, wrong, adaptive_divisible (the
@@ -23,7 +25,6 @@ divide one another, as MPS's adaptive pools check; used by the repro minimisatio
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import subprocess
 import time
@@ -68,13 +69,14 @@ def fallback_warning_text(op: str) -> str:
             "/Users/runner/work/pytorch/pytorch/pytorch/aten/src/ATen/mps/MPSFallback.mm:16.)")
 
 
-def load_script() -> dict:
-    """The behaviour script named by OPSCAN_SIM_MPS_SCRIPT (empty: everything native)."""
-    path = os.environ.get("OPSCAN_SIM_MPS_SCRIPT")
-    if not path:
-        return {}
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+def double(script: dict | None = None):
+    """The DeviceDouble that makes the probe workers load this simulator with `script` (empty: all native)."""
+    from opscan.probe.backends import DeviceDouble
+
+    return DeviceDouble("simulated_mps", "SimulatedMps", (TESTS,), script or {})
+
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/: where the worker imports this from
 
 
 class SimulatedMps:
@@ -218,4 +220,3 @@ _KINDS = {
     "adaptive_divisible": _adaptive_divisible,
 }
 
-BACKEND = SimulatedMps(load_script())
