@@ -94,7 +94,7 @@ def run_one(name: str, entry: dict) -> Result:
     result.unknown = sum(1 for r in report.rows if r.verdict == Verdict.UNKNOWN)
     result.non_native = sorted({f"{r.op.display} {r.verdict.value}" for r in report.rows
                                 if r.verdict != Verdict.NATIVE})
-    result.lane = report.lane.name
+    result.lane = str(report.lane.name)
     return result
 
 
