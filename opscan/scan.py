@@ -188,8 +188,10 @@ def memory_stage(target, trace, view, kb, options: ScanOptions, trackers: list) 
     if not trackers:
         return None
     from opscan.memory.stage import estimate_memory
+    from opscan.target.user_code import running
 
-    section = estimate_memory(target, trace, view, kb, trackers[0], options.dtype, options.inference)
+    with running(f"sizing the memory of {options.target}'s step at larger batches"):  # the step runs again
+        section = estimate_memory(target, trace, view, kb, trackers[0], options.dtype, options.inference)
     if options.live is not None:
         from opscan.memory.live import live_section
 

@@ -194,6 +194,27 @@ def test_corrupted_tampered_foreign_and_truncated_results_are_refused(trip, tmp_
     assert "foreign" in err and "--bundle" in err
 
 
+def test_a_forged_digest_passes_and_merge_says_what_the_digest_proves(trip, tmp_path, capsys):
+    """The digest is a checksum, not a signature: an outcome edited and the end line's digest recomputed is
+    merged (README, "opscan merge"), and merge's line says the digest rules out corruption and careless
+    edits, not a deliberate forgery."""
+    from opscan.bundle.results import digest
+
+    def forge(lines):
+        i = next(i for i, raw in enumerate(lines) if b'"status":"ran"' in raw)
+        body = [*lines[:i], lines[i].replace(b'"status":"ran"', b'"status":"crash"'), *lines[i + 1:-1]]
+        end = json.loads(lines[-1])
+        end["digest"] = digest(b"".join(body))
+        return [*body, (json.dumps(end, separators=(",", ":")) + "\n").encode()]
+
+    forged = _copy(trip, tmp_path, forge)
+    capsys.readouterr()
+    assert main(["merge", str(forged), "--bundle", str(trip["bundle"]), "-o", str(tmp_path / "merged")]) == 0
+    err = capsys.readouterr().err
+    assert "results intact" in err and "not a deliberate forgery (anyone can recompute it)" in err
+    assert "crash" in (tmp_path / "merged" / "report.json").read_text()  # the forged outcome made it in
+
+
 def _scan_options_edited(folder: Path) -> None:
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["scan"]["inference"] = True

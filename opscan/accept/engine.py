@@ -25,7 +25,7 @@ from opscan.accept.compare import Comparison, compare_runs, first_divergence
 from opscan.accept.hooks import numerics
 from opscan.accept.run import DeviceRun, prepare, run_device
 from opscan.accept.spec import AcceptSpec
-from opscan.errors import ExitCode, OpscanError
+from opscan.errors import ExitCode, OpscanError, StepError
 
 LANES = ("mac-first", "dual-track", "linux-gpu-first")
 
@@ -118,6 +118,7 @@ def accept(options: AcceptOptions, default_report: Callable[[str], str] | None =
 
     default_report: the model name -> the scan's report.json read when --report is not given (the CLI
     passes reports/<safe name>/report.json, the scan's folder); None: only --report."""
+    from opscan.target.user_code import running
     from opscan.trace.guard import user_step
 
     check_device(options.device, "--device")
@@ -127,8 +128,9 @@ def accept(options: AcceptOptions, default_report: Callable[[str], str] | None =
     spec = options.spec
     with numerics(options.allow_tf32):
         target, fresh = _load(options), _load(options).model
-        target_run, blob = _target_run(options, target, fresh)
-        with user_step(options.target):
+        with running(f"the acceptance run on {options.device}"):
+            target_run, blob = _target_run(options, target, fresh)
+        with user_step(options.target, f"the reference run on {options.reference}"):
             reference_run = _reference_run(options, target, fresh, blob)
     comparisons = compare_runs(target_run, reference_run, spec, stopped=bool(target_run.failure))
     step_bytes = _step_bytes(target, target_run)
@@ -195,8 +197,12 @@ def _reference_run(options: AcceptOptions, target, fresh, blob: bytes) -> Device
         return (ckpt.reload_and_continue(blob, again, "reference", n + 1),)
 
     theirs = prepare(target, options.reference, "float32")
-    return run_device(theirs, n, options.spec.seed, PlacementRecorder(theirs.model, options.reference),
-                      after_reference if blob else None)
+    run = run_device(theirs, n, options.spec.seed, PlacementRecorder(theirs.model, options.reference),
+                     after_reference if blob else None, catch=True)
+    if run.failure:  # nothing to compare against: where it failed (iteration, phase, device) is the message
+        raise StepError(f"the reference run failed: {run.failure} — the reference must run the step: check that "
+                        "the inputs fit the model (--input, example_inputs()), or pass another --reference")
+    return run
 
 
 def _with_lane(result: AcceptResult) -> AcceptResult:

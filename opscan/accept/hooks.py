@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from opscan.trace.guard import call_through
 from opscan.trace.step import floating_outputs
 
 _DROPOUT_ARG = {"dropout": ("p", 1), "dropout1d": ("p", 1), "dropout2d": ("p", 1), "dropout3d": ("p", 1),
@@ -38,7 +39,7 @@ class NoDropout(TorchFunctionMode):
         if name is not None:
             args, kwargs, changed = _zero_argument(args, kwargs, name, index)
             self.changed += changed
-        return func(*args, **kwargs)
+        return call_through(func, *args, **kwargs)  # the user's call: its errors are theirs
 
 
 def _zero_argument(args: tuple, kwargs: dict, name: str, index: int) -> tuple[tuple, dict, bool]:

@@ -118,8 +118,8 @@ def load(path: Path, bundle: str, probes, on_pass: str) -> Results:
                            "on the Mac (it resumes where it stopped), then copy results/results.jsonl again")
     body = data[: data.rfind(b"\n", 0, len(data) - 1) + 1]
     if end.get("digest") != digest(body):
-        raise ResultsError(f"tampered results file {path}: its digest does not match its content (edited after "
-                           f"the run) — {AGAIN}")
+        raise ResultsError(f"tampered results file {path}: its digest does not match its content (damaged or "
+                           f"edited after the run) — {AGAIN}")
     return _collect(path, entries, probes, on_pass)
 
 

@@ -1,23 +1,28 @@
-"""CLI layer: `opscan [SUBCOMMAND] ...` — dispatch to one module per command; nothing outside opscan/cli imports it.
+"""CLI layer: `opscan [SUBCOMMAND] ...`; nothing outside opscan/cli imports it.
 
-scan.py (`opscan TARGET`), coverage.py, repro.py, bundle.py, merge.py, accept.py; common.py holds what they share
-(the exit-code guard, emitting, logging, the report files). Each command's `main(argv) -> exit code`; only
-__main__ calls sys.exit. Nothing here imports torch, so `opscan --help` stays light.
+dispatch.py picks the command's module: scan.py (`opscan TARGET`), coverage.py, repro.py, bundle.py, merge.py,
+accept.py; common.py holds what they share (the exit-code guard, emitting, logging), files.py the file writing
+and the output folders, options.py the environment defaults and the number checks. Each command's
+`main(argv) -> exit code`; only __main__ calls sys.exit.
+
+The command line (`main()` without argv: the `opscan` script, `python -m opscan`) runs the command in a child
+process under a thin supervisor (supervisor.py, child.py, endings.py), started before torch is imported; `main(list)`
+(tests, Python callers) runs it in this process. Nothing here imports torch, so `opscan --help` stays light.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 
-# `opscan NAME ...`: each subcommand's own module parses the rest (its `main(argv) -> exit code`)
-SUBCOMMANDS = {"coverage": "opscan.cli.coverage", "repro": "opscan.cli.repro", "bundle": "opscan.cli.bundle",
-               "merge": "opscan.cli.merge", "accept": "opscan.cli.accept"}
+from opscan.cli.dispatch import SUBCOMMANDS, run
+
+__all__ = ["SUBCOMMANDS", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (only __main__ calls sys.exit)."""
-    argv = sys.argv[1:] if argv is None else argv
-    module = SUBCOMMANDS.get(argv[0], "opscan.cli.scan") if argv else "opscan.cli.scan"
-    rest = argv[1:] if module != "opscan.cli.scan" else argv
-    return importlib.import_module(module).main(rest)
+    """Run the CLI; returns the exit code (only __main__ calls sys.exit). No argv: the command line, supervised."""
+    if argv is None:
+        from opscan.cli.supervisor import supervise
+
+        return supervise(sys.argv[1:])
+    return run(argv)

@@ -12,12 +12,16 @@ import argparse
 import io
 import json
 import logging
+import math
 import os
 import sys
 from pathlib import Path
 
-from opscan.cli.common import check_writable, emit, run_guarded, safe_name
-from opscan.errors import OutputError, UsageError
+from opscan.cli.common import check_writable, emit, quiet_torch_logs, run_guarded, safe_name
+from opscan.cli.files import check_owner, write_files
+from opscan.cli.options import DEFAULT_STEP_TIMEOUT, Parser, count, env_flag, seconds, seed
+from opscan.cli.scan import from_start, output_folder, prepare_args
+from opscan.errors import UsageError
 
 log = logging.getLogger("opscan")
 
@@ -35,7 +39,7 @@ exit codes: 0 accepted · 1 findings (beyond tolerance, round trip failed, or la
 
 def build_parser() -> argparse.ArgumentParser:
     """The `opscan accept` parser."""
-    p = argparse.ArgumentParser(prog="opscan accept", epilog=EPILOG,
+    p = Parser(prog="opscan accept", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Acceptance run: the real model's real path on a device, against a "
                                             "reference, with a package a second person can rerun.")
@@ -43,13 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", action="append", default=[], metavar="SHAPE:DTYPE[:LOW-HIGH]",
                    help="random input tensor, repeatable (replaces the target's inputs)")
     p.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE", help="factory keyword argument")
-    p.add_argument("--device", default=os.environ.get("OPSCAN_DEVICE", "mps"),
-                   help="the target device: mps (default), cuda, cpu (env OPSCAN_DEVICE)")
+    env_flag(p, "--device", env="OPSCAN_DEVICE", default="mps",
+             help="the target device: mps (default), cuda, cpu (env OPSCAN_DEVICE)")
     p.add_argument("--reference", default="cpu", help="the reference device (default cpu; runs float32)")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
                    help="the target's dtype (the reference stays float32); tolerances are this dtype's")
-    p.add_argument("--iterations", type=int, metavar="N", help="training iterations (default 3, or the spec's)")
-    p.add_argument("--seed", type=int, help="torch.manual_seed before building (default 0, or the spec's)")
+    p.add_argument("--iterations", type=count(1), metavar="N",
+                   help="training iterations, 1 or more (default 3, or the spec's)")
+    p.add_argument("--seed", type=seed, help="torch.manual_seed before building (default 0, or the spec's)")
     p.add_argument("--spec", metavar="FILE.yaml", help="tolerances, seed and iterations (README, 'opscan accept')")
     p.add_argument("--allow-tf32", action="store_true", help="allow TF32 on cuda (off by default)")
     p.add_argument("--perturb", metavar="NAME[=EPS]",
@@ -60,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "(default reports/<model>/report.json when present)")
     p.add_argument("-f", "--format", choices=("table", "json"), default="table", help="what stdout carries")
     p.add_argument("-o", "--output-dir", help="the acceptance package folder (default reports/<model>/accept/)")
+    env_flag(p, "--step-timeout", env="OPSCAN_STEP_TIMEOUT", default=DEFAULT_STEP_TIMEOUT, type=seconds,
+             metavar="S", help="stop the target's code when one stage of it (import, factory, one device's run) runs "
+                               f"longer than S seconds (default {DEFAULT_STEP_TIMEOUT:g}; env OPSCAN_STEP_TIMEOUT)")
     p.add_argument("-q", "--quiet", action="count", default=0, help="less on stderr")
     p.add_argument("-v", "--verbose", action="count", default=0, help="on errors, show the user's traceback")
     return p
@@ -67,19 +75,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """Run `opscan accept`; returns the exit code."""
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
     captured = _configure_logging(args.quiet)
-    return run_guarded(lambda: _run(args, captured), args.verbose)
+    return run_guarded(lambda: _run(prepare_args(parser, args), captured), args.verbose)
 
 
 def _run(args: argparse.Namespace, captured: io.StringIO) -> int:
     options = _options(args)
     if args.output_dir:
+        check_owner(Path(args.output_dir), args.identity)
         check_writable(Path(args.output_dir))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    quiet_torch_logs(args.verbose)
     from opscan.accept.engine import accept, check_device
 
     check_device(options.device, "--device")  # before the first log line: a device we can't use is one line
@@ -87,15 +98,17 @@ def _run(args: argparse.Namespace, captured: io.StringIO) -> int:
 
     log.info("accept %s: %d iterations on %s (%s) and on %s (float32) …", options.target,
              options.spec.iterations, options.device, options.dtype, options.reference)
-    result = accept(options, default_report=lambda name: str(Path("reports") / safe_name(name) / "report.json"))
-    out_dir = Path(args.output_dir or Path("reports") / safe_name(result.model_name) / "accept")
+    result = accept(options, default_report=lambda name: str(from_start(args, Path("reports") / safe_name(name) /
+                                                                         "report.json")))
+    out_dir = output_folder(args, result.model_name) / "accept" if not args.output_dir else \
+        from_start(args, Path(args.output_dir))
     check_writable(out_dir)
     if result.target_failure:
         log.warning("target run stopped: %s", result.target_failure)
     log.info("first divergence: %s", result.first_divergence.line() if result.first_divergence else "none")
     log.info("lane (measured on %s): %s; exit %d", options.device, result.lane.name, result.exit_code)
     log.info("wrote the acceptance package to %s", out_dir)
-    _write_package(result, out_dir, captured.getvalue())
+    _write_package(result, out_dir, captured.getvalue(), args.cwd)
     emit(_render(result, args.format))
     return result.exit_code
 
@@ -109,8 +122,6 @@ def _options(args: argparse.Namespace):
     for text in args.input:
         parse_input(text)
     spec = load_spec(args.spec) if args.spec else AcceptSpec()
-    if args.iterations is not None and args.iterations < 1:
-        raise UsageError(f"--iterations {args.iterations}: at least one iteration is needed — pass 1 or more")
     overrides = {k: v for k, v in (("iterations", args.iterations), ("seed", args.seed)) if v is not None}
     if overrides:
         from dataclasses import replace
@@ -126,10 +137,13 @@ def _perturb(text: str | None) -> tuple[str, float] | None:
         return None
     name, _, eps = text.partition("=")
     try:
-        return name, float(eps) if eps else 1e-3
+        value = float(eps) if eps else 1e-3
     except ValueError:
-        raise UsageError(f"--perturb {text}: {eps!r} is not a number — write NAME or NAME=EPS, "
+        value = math.nan
+    if not math.isfinite(value):
+        raise UsageError(f"--perturb {text}: {eps!r} is not a number (a finite one) — write NAME or NAME=EPS, "
                          "e.g. fc.weight=1e-3") from None
+    return name, value
 
 
 def _render(result, fmt: str) -> str:
@@ -143,23 +157,12 @@ def _render(result, fmt: str) -> str:
     return console(result)
 
 
-def _write_package(result, out_dir: Path, log_text: str) -> None:
+def _write_package(result, out_dir: Path, log_text: str, cwd: str) -> None:
     from opscan.accept.package import build_package
     from opscan.accept.provenance import environment
 
-    files = build_package(result, environment(result.options), log_text, os.getcwd())
-    try:
-        for relative, content in files.items():
-            path = out_dir / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, bytes):
-                path.write_bytes(content)
-            else:
-                path.write_text(content, encoding="utf-8")
-        (out_dir / "rerun.sh").chmod(0o755)
-    except OSError as exc:
-        raise OutputError(f"cannot write the package to {str(out_dir)!r}: {exc.strerror or exc} — pass -o with "
-                          "a writable folder") from None
+    files = build_package(result, environment(result.options), log_text, cwd)
+    write_files({out_dir / relative: content for relative, content in files.items()}, (out_dir / "rerun.sh",))
 
 
 def _configure_logging(quiet: int) -> io.StringIO:

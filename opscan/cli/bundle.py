@@ -12,9 +12,11 @@ import logging
 import os
 from pathlib import Path
 
-from opscan.cli.common import configure_logging, run_guarded, safe_name
+from opscan.cli.common import configure_logging, emit, quiet_torch_logs, run_guarded, safe_name
+from opscan.cli.files import prepare_folder, write_files
+from opscan.cli.options import seconds
 from opscan.cli.scan import build_parser as scan_parser
-from opscan.cli.scan import scan_options
+from opscan.cli.scan import from_start, prepare_args, scan_options
 from opscan.errors import ExitCode, UsageError
 
 log = logging.getLogger("opscan")
@@ -28,28 +30,38 @@ def bundle_parser() -> argparse.ArgumentParser:
     p.description = ("Trace the step here and write a self-contained folder and zip that measures it on a Mac "
                      "with only Python and torch: `./run.sh` there, then `opscan merge results.jsonl` here.")
     p.epilog = "the scan's own flags set what is traced and probed; -o DIR (default bundles/<model>) gets the bundle"
-    p.add_argument("--repro-timeout", type=float, default=120.0, metavar="S",
-                   help="limit for each repro script run.sh runs after the probes (120 s)")
+    p.add_argument("--repro-timeout", type=seconds, default=120.0, metavar="S",
+                   help="limit for each repro script run.sh runs after the probes, seconds above zero (120 s)")
     return p
 
 
-def guarded(run, args) -> int:
-    """Configure logging from -v/-q and run `run(args)` under the exit-code guard (bundle and merge)."""
-    configure_logging(getattr(args, "verbose", 0) - getattr(args, "quiet", 0))
+def guarded(run, args, parser: argparse.ArgumentParser, then=None) -> int:
+    """Configure logging from -v/-q and run `run(args)` under the exit-code guard (bundle and merge), after the
+    environment's flags, absolute paths and the step limit (prepare_args), and `then(args)`."""
+    verbose = getattr(args, "verbose", 0)
+    configure_logging(verbose - getattr(args, "quiet", 0))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return run_guarded(lambda: run(args), getattr(args, "verbose", 0))
+
+    def body() -> int:
+        prepare_args(parser, args)
+        if then is not None:
+            then(args)
+        quiet_torch_logs(verbose)
+        return run(args)
+
+    return run_guarded(body, verbose)
 
 
 def main(argv: list[str]) -> int:
     """`opscan bundle`; returns the exit code."""
+    parser = bundle_parser()
     try:
-        args = bundle_parser().parse_args(argv)
+        args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    if len(scan_argv(argv)) == len(argv):  # no -o: bundles/<model>, not the scan's OPSCAN_OUTPUT_DIR default
-        args.output_dir = None
+    given = len(scan_argv(argv)) != len(argv)  # no -o: bundles/<model>, not the scan's OPSCAN_OUTPUT_DIR default
     args.repro = True  # merged reports carry repro files
-    return guarded(_bundle, args)
+    return guarded(_bundle, args, parser, then=lambda a: None if given else setattr(a, "output_dir", None))
 
 
 def scan_argv(argv: list[str]) -> list[str]:
@@ -81,7 +93,7 @@ def _bundle(args) -> int:
         check_new(Path(args.output_dir))  # before tracing
     prepared = prepare(options)
     name = prepared.target.name
-    folder = Path(args.output_dir or Path("bundles") / safe_name(name))
+    folder = from_start(args, Path(args.output_dir or Path("bundles") / safe_name(name)))
     check_new(folder)
     log.info("planning the probes for %s …", device)
     probe_plan = plan(prepared.trace, prepared.view, device, max_elements)
@@ -91,14 +103,14 @@ def _bundle(args) -> int:
     spec = BundleSpec(args.target, name, options.to_data(), probe_plan, args.workers, timeout,
                       repro=repro, repro_probes=repro_probes, repro_timeout=args.repro_timeout)
     files = bundle_files(spec, folder.name)
-    _write_bundle(folder, files)
     archive = folder.with_name(folder.name + ".zip")
-    archive.write_bytes(zip_bytes(files, folder.name))
+    prepare_folder(folder)
+    write_files({**{folder / rel: data for rel, data in files.items()}, archive: zip_bytes(files, folder.name)},
+                executable=(folder / "run.sh",))
     log.warning("wrote the bundle %s (%d probes on %s, %d repro files) and %s — on the Mac: ./run.sh, then "
                 "`opscan merge results.jsonl --bundle %s`", folder, len(probe_plan.probes), device,
                 len(repro or {}), archive, folder)
-    print(folder)
-    print(archive)
+    emit(f"{folder}\n{archive}\n")
     return ExitCode.OK
 
 
@@ -109,11 +121,3 @@ def check_new(folder: Path) -> None:
         raise UsageError(f"{folder} already exists and is not empty — pass -o with a new folder for the bundle")
     if archive.exists():
         raise UsageError(f"{archive} already exists — remove it, or pass -o with a new folder for the bundle")
-
-
-def _write_bundle(folder: Path, files: dict[str, bytes]) -> None:
-    for rel, data in files.items():
-        path = folder / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    (folder / "run.sh").chmod(0o755)

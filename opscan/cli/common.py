@@ -1,43 +1,164 @@
 """CLI layer, shared: exit-code guard, output and logging, report files — what every subcommand uses.
 
-Only the CLI layer writes files and prints the artefact; nothing outside opscan/cli imports it.
+Only the CLI layer writes files and prints the artefact; nothing outside opscan/cli imports it. While a
+command runs, stdout is redirected to stderr (Python's sys.stdout and file descriptor 1 both), so whatever
+the target prints — at import, in its factory, in forward, from a C extension or a thread — cannot corrupt
+`-f json`; `emit()` alone writes the artefact, to the real stdout.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import sys
 import traceback
 from pathlib import Path
 
+from opscan.cli.files import SUPERVISOR, output_error, prepare_folder, remove_created
+from opscan.cli.files import write_files as write_whole
 from opscan.errors import ExitCode, OpscanError, OutputError
 
 log = logging.getLogger("opscan")
 VERDICT_NAMES = ("native", "unknown", "cpu_fallback", "unsupported", "unsupported_dtype", "mismatch",
                  "error", "crash", "timeout")
 FORMAT_NAMES = ("table", "json", "yaml", "html", "junit")
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+_RESTORE: list = []  # (logger, level) quiet_torch_logs changed
+_ARTEFACT: list = []  # the real stdout while the command's own stdout goes to stderr (None: stdout is closed)
 
 
 def run_guarded(body, verbose: int = 0) -> int:
     """Run one command's body and map what it raises to the documented exit codes: a user's error is one
-    line and exit 2 (with `-v`, the user's own traceback), an interrupt exit 2, anything else is our bug
-    (traceback, exit 3). Every subcommand's `main` goes through here."""
+    line and exit 2 (with `-v`, the user's own traceback), sys.exit() from the target's code and an interrupt
+    exit 2, a full disk exit 2, anything else is our bug (traceback, exit 3). Every subcommand's `main` goes
+    through here."""
+    try:
+        with artefact_stdout():
+            return _mapped(body, verbose)
+    finally:
+        remove_created()  # folders made for a run that wrote nothing into them
+        while _RESTORE:  # torch's log level, for a caller that runs more in this process
+            logger, level = _RESTORE.pop()
+            logger.setLevel(level)
+
+
+def tell_supervisor(step_timeout: float | None, verbose: int) -> None:
+    """The limit for each stage of the target's code, and -v, for the supervisor (when there is one)."""
+    SUPERVISOR.get("config", lambda **_c: None)(limit=step_timeout, verbose=verbose)
+
+
+def _mapped(body, verbose: int) -> int:
     try:
         return body()
     except OpscanError as exc:
-        print(f"opscan: error: {exc}", file=sys.stderr)
-        if verbose and exc.user_traceback:
-            print(exc.user_traceback, file=sys.stderr)
+        return _user_error(str(exc), exc.user_traceback if verbose else None)
+    except SystemExit as exc:  # opscan never calls sys.exit: the target's code did, outside a stage
+        from opscan.target.user_code import current, exit_error
+
+        error = exit_error(exc, current())
+        return _user_error(str(error), error.user_traceback if verbose else None)
+    except KeyboardInterrupt as exc:
+        stage = exc.__dict__.get("opscan_stage")
+        during = f" while {stage}" if stage else ""
+        print(f"opscan: error: interrupted{during} — the run stopped there: rerun it (a measured run continues "
+              "with --resume)", file=sys.stderr)
         return ExitCode.USAGE
-    except KeyboardInterrupt:
-        print("opscan: interrupted", file=sys.stderr)
-        return ExitCode.USAGE
+    except OSError as exc:
+        if exc.errno not in NO_SPACE:
+            return _bug()
+        return _user_error(str(output_error(exc, exc.filename or "a file")), None)
     except Exception:  # noqa: BLE001 - anything else is our bug
-        traceback.print_exc()
-        print("opscan: internal error — this is a bug in opscan; please report it with the traceback above",
-              file=sys.stderr)
-        return ExitCode.INTERNAL
+        return _bug()
+
+
+def _user_error(line: str, user_traceback: str | None) -> int:
+    print(f"opscan: error: {line}", file=sys.stderr)
+    if user_traceback:
+        print(user_traceback, file=sys.stderr)
+    return ExitCode.USAGE
+
+
+def _bug() -> int:
+    traceback.print_exc()
+    print("opscan: internal error — this is a bug in opscan; please report it with the traceback above",
+          file=sys.stderr)
+    return ExitCode.INTERNAL
+
+
+@contextlib.contextmanager
+def artefact_stdout():
+    """stdout (sys.stdout and descriptor 1) goes to stderr inside; emit() writes to the real one."""
+    real = sys.stdout
+    _flush(real)
+    saved = _dup(1) if real is not None else None
+    stream = _artefact_stream(real, saved)
+    if _open(2):
+        os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    _ARTEFACT.append(stream)
+    try:
+        yield stream
+    finally:
+        _ARTEFACT.pop()
+        _flush(sys.stdout, stream)
+        if not SUPERVISOR:  # supervised, the child ends now: the target's threads keep only stderr to print to
+            _restore(real, saved, stream)
+
+
+def _restore(real, saved: int | None, stream) -> None:
+    """stdout as it was before artefact_stdout."""
+    if saved is not None:
+        os.dup2(saved, 1)
+        os.close(saved)
+    if stream is not None and stream is not real:
+        _close(stream)
+    sys.stdout = real
+
+
+def _artefact_stream(real, saved: int | None):
+    """Where the artefact goes: a stream on the saved descriptor 1, or the replaced sys.stdout (a test's
+    capture) when sys.stdout is not descriptor 1; None when stdout is closed."""
+    if real is None:
+        return None
+    try:
+        on_fd1 = real.fileno() == 1
+    except (OSError, ValueError, AttributeError):
+        on_fd1 = False
+    if not on_fd1 or saved is None:
+        return real
+    return os.fdopen(os.dup(saved), "w", encoding=getattr(real, "encoding", None) or "utf-8",
+                     errors=getattr(real, "errors", None) or "strict")
+
+
+def artefact():
+    """The stream the artefact is written to (the real stdout), or None when stdout is closed."""
+    return _ARTEFACT[-1] if _ARTEFACT else sys.stdout
+
+
+def emit(text: str) -> None:
+    """Print the artefact; a reader that stops early (`opscan ... | head`) is not an error, a full or closed
+    stdout is (exit 2)."""
+    stream = artefact()
+    if stream is None:
+        raise OutputError("stdout is closed, so the output has nowhere to go — run opscan with stdout open "
+                          "(e.g. > FILE)")
+    try:
+        stream.write(text)
+        stream.flush()
+    except BrokenPipeError:
+        _silence(stream)
+    except OSError as exc:
+        _silence(stream)
+        raise OutputError(f"cannot write the output to stdout: {exc.strerror or exc} — free some space, or "
+                          "send stdout elsewhere") from None
+
+
+def _silence(stream) -> None:
+    """No second error when the stream is flushed or closed later."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
 def render(report, args, baseline=None) -> str:
@@ -46,50 +167,38 @@ def render(report, args, baseline=None) -> str:
     if args.format == "junit":
         return FORMATS["junit"](report, fail_on=args.fail_on, baseline=baseline)
     if args.format == "table":
+        out = artefact()
         return FORMATS["table"](report, verbose=args.verbose > 0, tree=args.tree,
-                                width=_width(), color=sys.stdout.isatty())
+                                width=_width(out), color=_isatty(out))
     return FORMATS[args.format](report)
-
-
-def emit(text: str) -> None:
-    """Print the artefact; a reader that stops early (`opscan ... | head`) is not an error."""
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
 
 
 def write_reports(report, out_dir: Path, real_outputs: dict | None = None, device: str = "mps") -> None:
     """report.json/yaml/html, the GraphML files and repro/ (scripts for `device`; each ISSUE.md shows the real
-    outputs, keyed by probe id, when given: `opscan merge`)."""
+    outputs, keyed by probe id, when given: `opscan merge`) — all written whole, or none."""
     from opscan.render import render_html, render_json, render_yaml
     from opscan.render.graphml import GRAPHML_FILES
 
-    (out_dir / "report.json").write_text(render_json(report))
-    (out_dir / "report.yaml").write_text(render_yaml(report))
-    (out_dir / "report.html").write_text(render_html(report), encoding="utf-8")
-    for name, render in GRAPHML_FILES.items():
+    files = {out_dir / "report.json": render_json(report), out_dir / "report.yaml": render_yaml(report),
+             out_dir / "report.html": render_html(report)}
+    for name, render_graph in GRAPHML_FILES.items():
         if report.step_graph is not None:
-            (out_dir / name).write_text(render(report), encoding="utf-8")
-    log.warning("wrote %s, report.yaml, report.html and the step graph (GraphML)", out_dir / "report.json")
+            files[out_dir / name] = render_graph(report)
+    repro = {}
     if report.repro is not None:
         from opscan.repro import render_files
 
-        written = write_files(render_files(report.to_dict(), device=device, real_outputs=real_outputs), out_dir)
-        log.warning("wrote %d repro files into %s", len(written), out_dir / "repro")
+        rendered = render_files(report.to_dict(), device=device, real_outputs=real_outputs)
+        repro = {out_dir / rel: text for rel, text in rendered.items()}
+    write_whole({**files, **repro}, tuple(p for p in repro if p.suffix == ".py"))
+    log.warning("wrote %s, report.yaml, report.html and the step graph (GraphML)", out_dir / "report.json")
+    if repro:
+        log.warning("wrote %d repro files into %s", len(repro), out_dir / "repro")
 
 
 def check_writable(out_dir: Path) -> None:
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / ".opscan-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise OutputError(
-            f"cannot write reports to {str(out_dir)!r}: {exc.strerror or exc} — pass -o with a writable folder"
-        ) from None
+    """Create the folder (removed again if the run writes nothing into it) and check that it is writable."""
+    prepare_folder(out_dir)
 
 
 def exit_code(report, fail_on: str | None, baseline=None) -> int:
@@ -103,6 +212,7 @@ def exit_code(report, fail_on: str | None, baseline=None) -> int:
 
 
 def configure_logging(level: int) -> None:
+    """opscan's logger to stderr at -v/-q's level."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("opscan: %(message)s"))
     log.handlers[:] = [handler]
@@ -110,11 +220,30 @@ def configure_logging(level: int) -> None:
     log.setLevel(logging.INFO if level >= 0 else logging.WARNING if level == -1 else logging.ERROR)
 
 
-def _width() -> int:
+def quiet_torch_logs(verbose: int) -> None:
+    """Keep torch's own loggers (the fake-tensor logger's tracebacks, ...) off the terminal unless -v or
+    TORCH_LOGS asks for them. torch configures its loggers when imported, so this imports it first."""
+    if verbose > 0 or os.environ.get("TORCH_LOGS"):
+        return
+    import torch  # noqa: F401 - its logging is set up on import; the level below must come after
+
+    torch_log = logging.getLogger("torch")
+    _RESTORE.append((torch_log, torch_log.level))
+    torch_log.setLevel(logging.CRITICAL + 1)
+
+
+def _width(stream) -> int:
     try:
-        return max(80, os.get_terminal_size(sys.stdout.fileno()).columns)
-    except OSError:
+        return max(80, os.get_terminal_size(stream.fileno()).columns)
+    except (OSError, ValueError, AttributeError):
         return 120
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def safe_name(name: str) -> str:
@@ -122,17 +251,32 @@ def safe_name(name: str) -> str:
 
 
 def write_files(files: dict[str, str], out_dir: Path) -> list[Path]:
-    """Write render_files' output under out_dir (scripts executable); the paths written."""
-    written = []
+    """Write render_files' output under out_dir (scripts executable), whole or not at all; the paths written."""
+    paths = {out_dir / rel: text for rel, text in files.items()}
+    return write_whole(paths, tuple(p for p in paths if p.suffix == ".py"))
+
+
+def _flush(*streams) -> None:
+    for stream in streams:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
+
+
+def _close(stream) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        stream.close()
+
+
+def _dup(fd: int) -> int | None:
     try:
-        for rel, text in files.items():
-            path = out_dir / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            if path.suffix == ".py":
-                path.chmod(0o755)
-            written.append(path)
-    except OSError as exc:
-        raise OutputError(f"cannot write repro files into {str(out_dir)!r}: {exc.strerror or exc} — pass -o with "
-                          "a writable folder") from None
-    return written
+        return os.dup(fd)
+    except OSError:
+        return None
+
+
+def _open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True

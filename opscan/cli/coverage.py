@@ -7,8 +7,8 @@ file, never imports torch. Exit codes as the scan's: 0 done, 2 usage or unknown 
 from __future__ import annotations
 
 import argparse
-import os
 
+from opscan.cli.options import Parser, apply_environment, env_flag
 from opscan.errors import ExitCode
 
 EPILOG = """\
@@ -23,33 +23,35 @@ def build_parser() -> argparse.ArgumentParser:
     """The `opscan coverage` parser."""
     from opscan.predict.coverage import KERNELS
 
-    p = argparse.ArgumentParser(prog="opscan coverage", epilog=EPILOG,
+    p = Parser(prog="opscan coverage", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Every aten overload of a torch release and what it does on MPS.")
-    p.add_argument("--torch-version", metavar="X", default=os.environ.get("OPSCAN_TORCH_VERSION"),
-                   help="the release (default: the installed torch, else the newest covered one)")
-    p.add_argument("--macos", metavar="V", default=os.environ.get("OPSCAN_MACOS"),
-                   help="assumed macOS (default: the release's minimum)")
+    env_flag(p, "--torch-version", env="OPSCAN_TORCH_VERSION", metavar="X",
+             help="the release (default: the installed torch, else the newest covered one; env OPSCAN_TORCH_VERSION)")
+    env_flag(p, "--macos", env="OPSCAN_MACOS", metavar="V",
+             help="assumed macOS (default: the release's minimum; env OPSCAN_MACOS)")
     p.add_argument("--status", action="append", default=[], metavar="VERDICT",
                    help="keep rows with this status (repeatable or comma-separated)")
     p.add_argument("--kernel", action="append", default=[], choices=KERNELS, help="keep rows with this kernel")
     p.add_argument("--op", metavar="PATTERN", help="keep ops whose name matches (glob, else substring)")
     p.add_argument("--diff", nargs=2, metavar=("A", "B"), help="kernel and status changes from release A to B")
     p.add_argument("--no-since", action="store_true", help="skip `since` (judging every release takes a second)")
-    p.add_argument("-f", "--format", choices=("table", "json", "yaml"),
-                   default=os.environ.get("OPSCAN_FORMAT", "table"))
+    env_flag(p, "-f", "--format", env="OPSCAN_FORMAT", default="table", choices=("table", "json", "yaml"),
+             help="what stdout carries (env OPSCAN_FORMAT; default table)")
     return p
 
 
 def main(argv: list[str]) -> int:
     """Run `opscan coverage`; returns the exit code."""
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
     from opscan.cli.common import emit, run_guarded
 
     def body() -> int:
+        apply_environment(parser, args)
         emit(_run(args))
         return ExitCode.OK
 

@@ -14,14 +14,17 @@ import sys
 from pathlib import Path
 
 from opscan.cli.bundle import guarded
-from opscan.cli.common import VERDICT_NAMES, check_writable, emit, exit_code, render, safe_name, write_reports
+from opscan.cli.common import VERDICT_NAMES, emit, exit_code, render, write_reports
+from opscan.cli.files import check_owner, identity
+from opscan.cli.options import DEFAULT_STEP_TIMEOUT, Parser, seconds
+from opscan.cli.scan import output_folder
 from opscan.errors import UsageError
 
 log = logging.getLogger("opscan")
 
 def build_parser() -> argparse.ArgumentParser:
     """The `opscan merge` parser."""
-    p = argparse.ArgumentParser(prog="opscan merge", description="Fold a bundle's results/results.jsonl (from "
+    p = Parser(prog="opscan merge", description="Fold a bundle's results/results.jsonl (from "
                                 "the Mac) into the report a direct measured scan makes; the target must import "
                                 "here, with the torch and opscan that made the bundle.")
     p.add_argument("results", metavar="RESULTS", help="results/results.jsonl as run.sh wrote it")
@@ -30,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output-dir", metavar="DIR", help="where the reports go (default reports/<model>/)")
     p.add_argument("-f", "--format", choices=("table", "json", "yaml"), default="table")
     p.add_argument("--fail-on", choices=VERDICT_NAMES, help="exit 1 when a row ranks at or above this verdict")
+    p.add_argument("--step-timeout", type=seconds, default=DEFAULT_STEP_TIMEOUT, metavar="S",
+                   help=f"limit for each stage of the target's code (the scan's; default {DEFAULT_STEP_TIMEOUT:g})")
     p.add_argument("-v", "--verbose", action="count", default=0)
     p.add_argument("-q", "--quiet", action="count", default=0)
     return p
@@ -37,11 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """`opscan merge`; returns the exit code."""
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    return guarded(_merge, args)
+    return guarded(_merge, args, parser)
 
 
 def _merge(args) -> int:
@@ -56,14 +62,18 @@ def _merge(args) -> int:
         raise UsageError(f"no bundle above {path} — pass --bundle DIR (the folder `opscan bundle -o` wrote)")
     bundle = load_bundle(folder)
     results = results_file.load(path, bundle.hash, bundle.probes, bundle.on_pass)
-    log.info("results valid: %d outcomes from %s; tracing %s again …", len(results.outcomes),
+    log.info("results intact: %d outcomes from %s — the sha256 digest rules out corruption and careless edits, not a "
+             "deliberate forgery (anyone can recompute it); tracing %s again …", len(results.outcomes),
              (results.environments.get("off") or {}).get("platform", "?"), args.target or bundle.manifest["target"])
+    args.identity = identity(args.target or bundle.manifest["target"])
+    if args.output_dir:
+        check_owner(Path(args.output_dir), args.identity)
     report = merged_report(bundle, results, args.target)
     lines = differences(report)
     print("\n".join([f"predicted vs measured: {len(lines)} rows differ", *lines]), file=sys.stderr, flush=True)
-    out_dir = Path(args.output_dir or Path("reports") / safe_name(report.model_name))
-    check_writable(out_dir)
+    out_dir = output_folder(args, report.model_name)
     write_reports(report, out_dir, real_outputs(results), device=bundle.manifest["device"])
     args.tree = False
     emit(render(report, args))
     return exit_code(report, args.fail_on)
+

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from opscan.cli.common import emit, run_guarded, write_files
+from opscan.cli.options import Parser, seconds
 from opscan.errors import ExitCode
 
 EPILOG = """\
@@ -32,7 +33,7 @@ the same failure persists, and reports the smallest failing shapes and the next 
 
 def build_parser() -> argparse.ArgumentParser:
     """The `opscan repro` parser."""
-    p = argparse.ArgumentParser(prog="opscan repro", epilog=EPILOG,
+    p = Parser(prog="opscan repro", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Standalone repro scripts and an ISSUE.md for one op of a scan's report.")
     p.add_argument("report", metavar="REPORT.json", help="a report.json written by a scan with --repro")
@@ -43,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the scripts' default device, and where --minimize probes (default mps)")
     p.add_argument("-o", "--output-dir", metavar="DIR", help="where repro/ goes (default: the report's folder)")
     p.add_argument("--minimize", action="store_true", help="shrink the failing call's sizes to the boundary")
-    p.add_argument("--probe-timeout", type=float, default=60.0, metavar="S", help="limit per probe (60 s)")
+    p.add_argument("--probe-timeout", type=seconds, default=60.0, metavar="S",
+                   help="limit per probe, seconds above zero (60 s)")
     return p
 
 
@@ -57,8 +59,6 @@ def main(argv: list[str]) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from opscan.repro import render_op
-
     report = load_report(args.report)
     op, findings = select(report, args.op, args.dtype)
     code = ExitCode.OK
@@ -66,9 +66,21 @@ def _run(args: argparse.Namespace) -> int:
         findings, lines, code = _minimized(findings, args.device, args.probe_timeout)
         emit("".join(line + "\n" for line in lines))
     out_dir = Path(args.output_dir) if args.output_dir else Path(args.report).resolve().parent
-    written = write_files(render_op(report, op, findings, args.device), out_dir)
+    written = write_files(_rendered(args.report, report, op, findings, args.device), out_dir)
     emit("".join(f"{p}\n" for p in written))
     return code
+
+
+def _rendered(path: str, report: dict, op: str, findings: list[dict], device: str) -> dict[str, str]:
+    """The op's files; a report whose repro section has the right shape but not the content a scan writes
+    (edited, or from another opscan) fails here as data, not as a bug."""
+    from opscan.repro import ReproError, render_op
+
+    try:
+        return render_op(report, op, findings, device)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise ReproError(f"{path!r}: the repro section of {op} is malformed ({type(exc).__name__}: {exc}) — pass a "
+                         "report.json a scan with --repro wrote, unedited (if it is one, please report this)") from None
 
 
 def load_report(path: str) -> dict:
@@ -82,7 +94,43 @@ def load_report(path: str) -> dict:
                          "wrote") from None
     if not isinstance(report, dict):
         raise ReproError(f"{path!r} is not a report (not a JSON object) — pass the report.json a scan wrote")
+    check_findings(report, path)
     return report
+
+
+def check_findings(report: dict, path: str) -> None:
+    """Each finding of the repro section is an object with an op named as an OpKey, its dtypes and its calls
+    (objects), else a ReproError naming the first that is not."""
+    from opscan.opkey import OpKey
+    from opscan.repro import ReproError
+
+    section = report.get("repro")
+    findings = section.get("findings") if isinstance(section, dict) else None
+    for i, finding in enumerate(findings if isinstance(findings, list) else []):
+        why = _not_a_finding(finding, OpKey)
+        if why:
+            raise ReproError(f"{path!r}: repro.findings[{i}] {why} — pass the report.json a scan with --repro "
+                             "wrote, unedited")
+
+
+def _not_a_finding(finding, opkey) -> str | None:
+    """Why `finding` is not a finding of a repro section (None: it is one)."""
+    if not isinstance(finding, dict):
+        return f"is a {type(finding).__name__}, not an object"
+    try:
+        opkey.parse(finding.get("op"))
+    except (ValueError, TypeError, AttributeError):
+        return f"has no valid op name (op: {str(finding.get('op'))[:80]!r})"
+    dtypes, calls = finding.get("dtypes"), finding.get("calls")
+    if not isinstance(dtypes, list) or not all(isinstance(d, str) for d in dtypes):
+        return "has no list of dtype names"
+    if calls is not None and (not isinstance(calls, list) or not all(_is_call(c) for c in calls)):
+        return "has calls that are not call objects"
+    return None
+
+
+def _is_call(call) -> bool:
+    return isinstance(call, dict) and (bool(call.get("unbuildable")) or isinstance(call.get("probe"), dict))
 
 
 def select(report: dict, op_text: str, dtypes: list[str]) -> tuple[str, list[dict]]:
@@ -109,11 +157,23 @@ def _minimized(findings: list[dict], device: str, timeout: float) -> tuple[list[
     """Each finding with its first buildable call minimised on `device`: (findings, boundary lines, exit code).
     Exit 0 only when every finding reproduced and was minimised; a finding with no buildable call gets one
     stderr line and exit 1, as does one that did not reproduce (its boundary line says so)."""
-    from opscan.probe.stage import check_device
     from opscan.repro.minimize import minimize_findings
 
-    check_device(device)
+    _check_device(device)
     done = minimize_findings(findings, device, timeout)
     for note in done.notes:
         print(f"opscan: {note}", file=sys.stderr)
     return done.findings, done.lines, ExitCode.OK if done.all_minimised else ExitCode.FINDINGS
+
+
+def _check_device(device: str) -> None:
+    """--minimize probes on --device: refuse one this machine cannot use, with repro's own fixes."""
+    from opscan.probe.stage import ProbeEnvironmentError, check_device
+    from opscan.repro import ReproError
+
+    try:
+        check_device(device)
+    except ProbeEnvironmentError:
+        raise ReproError(f"--minimize --device {device}: {device} is not available here (--minimize probes on it) "
+                         f"— run it where {device} is, or pass --device cpu; without --minimize the scripts are "
+                         f"written for {device} all the same") from None

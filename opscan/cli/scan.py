@@ -12,10 +12,12 @@ from pathlib import Path
 
 from opscan import __version__
 from opscan.cli.common import (FORMAT_NAMES, VERDICT_NAMES, check_writable, configure_logging, emit, exit_code,
-                               render, run_guarded, safe_name, write_reports)
-from opscan.errors import UsageError
+                               quiet_torch_logs, render, run_guarded, safe_name, tell_supervisor, write_reports)
+from opscan.cli.files import check_owner, claim, identity
+from opscan.cli.options import DEFAULT_STEP_TIMEOUT, Parser, apply_environment, count, env_flag, seconds
 
 log = logging.getLogger("opscan")
+PATH_FLAGS = ("baseline", "results", "bundle", "report", "spec")  # made absolute before the target's code runs
 
 EPILOG = """\
 exit codes: 0 nothing at or above --fail-on (default: findings never fail) · 1 findings at or above
@@ -36,7 +38,7 @@ train_step(model, optimizer, inputs), loss_fn(outputs, inputs) and build_optimiz
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also the source of --help)."""
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="opscan", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Does this model's whole training step run on Apple Silicon (MPS)? "
                     "Traces forward, loss, backward and optimizer step and predicts each aten op's verdict.",
@@ -48,15 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keyword argument for the factory, repeatable (value parsed as a Python literal)")
     p.add_argument("--inference", action="store_true", help="scan the forward only, under inference_mode")
     p.add_argument("--dtype", choices=("bfloat16", "float16"), help="cast model and floating inputs")
-    p.add_argument("-f", "--format", choices=FORMAT_NAMES, default=os.environ.get("OPSCAN_FORMAT", "table"),
-                   help="what to print on stdout (env OPSCAN_FORMAT; default table)")
-    p.add_argument("-o", "--output-dir", default=os.environ.get("OPSCAN_OUTPUT_DIR"),
-                   help="where report.json and report.yaml go (env OPSCAN_OUTPUT_DIR; default reports/<model>/)")
-    p.add_argument("--fail-on", choices=VERDICT_NAMES, default=os.environ.get("OPSCAN_FAIL_ON"),
-                   help="exit 1 when a row's verdict ranks at or above this one (env OPSCAN_FAIL_ON)")
-    p.add_argument("--baseline", default=os.environ.get("OPSCAN_BASELINE"), metavar="REPORT.JSON",
-                   help="fail only on rows new or worse than in this earlier report.json, from --fail-on "
-                        "(default unknown) up (env OPSCAN_BASELINE)")
+    env_flag(p, "-f", "--format", env="OPSCAN_FORMAT", default="table", choices=FORMAT_NAMES,
+             help="what to print on stdout (env OPSCAN_FORMAT; default table)")
+    env_flag(p, "-o", "--output-dir", env="OPSCAN_OUTPUT_DIR",
+             help="where report.json and report.yaml go (env OPSCAN_OUTPUT_DIR; default reports/<model>/)")
+    env_flag(p, "--fail-on", env="OPSCAN_FAIL_ON", choices=VERDICT_NAMES,
+             help="exit 1 when a row's verdict ranks at or above this one (env OPSCAN_FAIL_ON)")
+    env_flag(p, "--baseline", env="OPSCAN_BASELINE", metavar="REPORT.JSON",
+             help="fail only on rows new or worse than in this earlier report.json, from --fail-on "
+                  "(default unknown) up (env OPSCAN_BASELINE)")
     p.add_argument("--tree", action="store_true", help="show the module tree with each module's worst verdict")
     p.add_argument("--no-fx", action="store_true", help="do not try torch.fx.symbolic_trace")
     fake = p.add_mutually_exclusive_group()
@@ -64,12 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
                       help="build the model and inputs with fake tensors (no memory allocated); chosen by "
                            "itself when weights, grads and AdamW state would take over half the available RAM")
     fake.add_argument("--no-fake", action="store_true", help="always use real tensors (no meta-device pre-pass)")
-    p.add_argument("--torch-version", default=os.environ.get("OPSCAN_TORCH_VERSION"), metavar="X",
-                   help="predict for this torch release (2.0.0 … 2.14.1; default: the installed one); the step "
-                        "is still traced with the installed torch (env OPSCAN_TORCH_VERSION)")
-    p.add_argument("--macos", default=os.environ.get("OPSCAN_MACOS"), metavar="V",
-                   help="assume this macOS version for macOS-gated facts (default: the release's minimum; "
-                        "env OPSCAN_MACOS)")
+    env_flag(p, "--torch-version", env="OPSCAN_TORCH_VERSION", metavar="X",
+             help="predict for this torch release (2.0.0 … 2.14.1; default: the installed one); the step "
+                  "is still traced with the installed torch (env OPSCAN_TORCH_VERSION)")
+    env_flag(p, "--macos", env="OPSCAN_MACOS", metavar="V",
+             help="assume this macOS version for macOS-gated facts (default: the release's minimum; "
+                  "env OPSCAN_MACOS)")
+    env_flag(p, "--step-timeout", env="OPSCAN_STEP_TIMEOUT", default=DEFAULT_STEP_TIMEOUT, type=seconds,
+             metavar="S", help="stop the target's code when one stage of it (import, factory, the traced step, a "
+                               "memory run) runs longer than S seconds: exit 2 saying where it was (default "
+                               f"{DEFAULT_STEP_TIMEOUT:g}; env OPSCAN_STEP_TIMEOUT)")
     _probe_flags(p)
     _memory_flags(p)
     p.add_argument("-v", "--verbose", action="count", default=0,
@@ -86,17 +92,19 @@ def _probe_flags(p: argparse.ArgumentParser) -> None:
                        help="measure every distinct call in isolated processes, fallback variable off and on "
                             "(default: on when MPS is available, or when --device is given)")
     probe.add_argument("--no-probe", dest="probe", action="store_false", help="predict only, never probe")
-    p.add_argument("--device", choices=("cpu", "cuda", "mps"), default=os.environ.get("OPSCAN_DEVICE"),
-                   help="where probes run (default mps); cpu and cuda measure that device and never stand in "
-                        "for MPS; with --memory, where the live log runs (default cpu) (env OPSCAN_DEVICE)")
-    p.add_argument("--max-elements", type=int, metavar="N", default=int(os.environ.get("OPSCAN_MAX_ELEMENTS", 1 << 20)),
-                   help="cap each probe tensor at N elements, shrinking sizes consistently (default 1048576; "
-                        "env OPSCAN_MAX_ELEMENTS)")
+    env_flag(p, "--device", env="OPSCAN_DEVICE", choices=("cpu", "cuda", "mps"),
+             help="where probes run (default mps); cpu and cuda measure that device and never stand in "
+                  "for MPS; with --memory, where the live log runs (default cpu) (env OPSCAN_DEVICE)")
+    env_flag(p, "--max-elements", env="OPSCAN_MAX_ELEMENTS", default=1 << 20, type=count(1), metavar="N",
+             help="cap each probe tensor at N elements (1 or more), shrinking sizes consistently (default "
+                  "1048576; env OPSCAN_MAX_ELEMENTS); --full-shapes for no cap")
     p.add_argument("--full-shapes", action="store_true", help="probe with the step's own shapes (no cap)")
     p.add_argument("--resume", action="store_true",
                    help="continue a killed measured run from <report folder>/probes.jsonl without redoing probes")
-    p.add_argument("--probe-timeout", type=float, default=60.0, metavar="S", help="limit per probe pass (60 s)")
-    p.add_argument("--workers", type=int, metavar="N", help="probe processes per pass (default min(4, cores))")
+    p.add_argument("--probe-timeout", type=seconds, default=60.0, metavar="S",
+                   help="limit per probe pass, seconds above zero (60 s)")
+    p.add_argument("--workers", type=count(1), metavar="N",
+                   help="probe processes per pass, 1 or more (default min(4, cores))")
     p.add_argument("--repro", action="store_true",
                    help="write a standalone repro script per finding call and an ISSUE.md per failing op into "
                         "<report folder>/repro/ (`opscan repro REPORT OP` makes them later)")
@@ -109,8 +117,8 @@ def _memory_flags(p: argparse.ArgumentParser) -> None:
                         help="also run a few real iterations on --device (default cpu) and log its memory per "
                              "phase and iteration, flagging growth (probes then run only with --probe)")
     memory.add_argument("--no-memory", action="store_true", help="skip the memory estimate and Mac sizing")
-    p.add_argument("--iterations", type=int, default=int(os.environ.get("OPSCAN_ITERATIONS", 5)), metavar="N",
-                   help="iterations of the --memory live log, 3 or more (default 5; env OPSCAN_ITERATIONS)")
+    env_flag(p, "--iterations", env="OPSCAN_ITERATIONS", default=5, type=count(3), metavar="N",
+             help="iterations of the --memory live log, 3 or more (default 5; env OPSCAN_ITERATIONS)")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -126,22 +134,59 @@ def _run(args: argparse.Namespace) -> int:
         load_knowledge(release=args.torch_version, macos=args.macos)  # an unknown release fails before tracing
     baseline = _baseline(args.baseline)
     if args.output_dir:
+        check_owner(Path(args.output_dir), args.identity)  # another target's folder: refused now
         check_writable(Path(args.output_dir))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    quiet_torch_logs(args.verbose)
     log.info("tracing %s …", args.target)
     report = _scan(args)
-    out_dir = Path(args.output_dir or Path("reports") / safe_name(report.model_name))
-    check_writable(out_dir)
+    out_dir = output_folder(args, report.model_name)
     write_reports(report, out_dir)
     emit(render(report, args, baseline))
     return exit_code(report, args.fail_on, baseline)
 
 
+def prepare_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Flags from the environment (exit 2 naming a bad variable), paths made absolute before any of the target's
+    code runs (it may change directory), and the step limit told to the supervisor."""
+    from opscan.target.user_code import start_in
+
+    apply_environment(parser, args)
+    args.cwd = os.getcwd()
+    start_in(args.cwd)
+    for name in PATH_FLAGS:
+        if getattr(args, name, None):
+            setattr(args, name, os.path.abspath(getattr(args, name)))
+    if isinstance(getattr(args, "target", None), str):
+        args.identity = identity(args.target)
+    tell_supervisor(getattr(args, "step_timeout", None), getattr(args, "verbose", 0))
+    return args
+
+
+def output_folder(args, model_name: str, default: str = "reports") -> Path:
+    """-o, else reports/<model>, where opscan was started; claimed for this target (another's is refused)."""
+    folder = from_start(args, Path(args.output_dir or Path(default) / safe_name(model_name)))
+    claim(folder, args.identity)
+    return folder
+
+
+def from_start(args, path: Path) -> Path:
+    """A relative path of the command line, as meant where opscan started: unchanged while the current directory
+    is that one (messages keep the user's spelling), joined to it once the target's code changed directory."""
+    try:
+        here = os.getcwd()
+    except OSError:  # the target removed the directory it moved into
+        here = None
+    return path if path.is_absolute() or here == args.cwd else Path(args.cwd) / path
+
+
 def _baseline(path: str | None):
     if not path:
         return None
+    from opscan.cli.files import check_report_rows
     from opscan.render.gate import load_baseline
 
+    check_report_rows(path, "the baseline")
     return load_baseline(path)
 
 
@@ -164,12 +209,10 @@ def scan_options(args, probe, live=None):
 
 
 def _live(args):
-    """LiveOptions for --memory (None without it)."""
+    """LiveOptions for --memory (None without it; --iterations is 3 or more: the live log needs them to judge
+    growth, iteration 1 allocating the optimizer state)."""
     if not args.memory:
         return None
-    if args.iterations < 3:
-        raise UsageError(f"--iterations {args.iterations}: the live log needs 3 or more iterations to judge "
-                         "growth (iteration 1 allocates the optimizer state) — pass --iterations 3 or more")
     from opscan.memory.live import LiveOptions
 
     return LiveOptions(device=args.device or "cpu", iterations=args.iterations, dtype=args.dtype,
@@ -192,7 +235,7 @@ def _probe(args):
     fields = {"workers": args.workers} if args.workers else {}
     options = ProbeOptions(device=args.device or "mps", max_elements=None if args.full_shapes else args.max_elements,
                            timeout=args.probe_timeout, **fields)
-    folder = lambda name: Path(args.output_dir or Path("reports") / safe_name(name))  # noqa: E731
+    folder = lambda name: output_folder(args, name)  # noqa: E731 - the journal's folder, claimed
     progress = Progress(sys.stderr, enabled=sys.stderr.isatty() and args.quiet == 0)
     return options, Session(folder, resume=args.resume, progress=progress)
 
@@ -211,4 +254,4 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:  # argparse: --help/--version exit 0, usage errors exit 2
         return int(exc.code or 0)
     configure_logging(args.verbose - args.quiet)
-    return run_guarded(lambda: _run(args), args.verbose)
+    return run_guarded(lambda: _run(prepare_args(parser, args)), args.verbose)

@@ -10,6 +10,10 @@ in the same order; otherwise the peaks alone are fitted). The runs never use rea
 fake and a real scan of one model report the same sizing. Batch sizes 2k and 3k avoid batch 1,
 where PyTorch's size-1 shortcuts (views instead of copies) change what is allocated.
 
+When an argument is a list of unbatched samples — C x H x W images (a torchvision detector's) or 1-d
+sequences — the batch is the list's length instead, and every list of that length among the arguments is
+made `k` times longer (the images' own dimensions are kept); the section's `varied` says which.
+
 The optimizer does not run in the sizing runs (a third of their time): its work does not depend on the
 batch. `optimizer.step` is replaced by one transient allocation of what the traced step's optimizer
 phase added on top of the level it started from (`Estimate.optimizer_excess`), and the optimizer state
@@ -36,6 +40,8 @@ from opscan.trace.lens import Lens
 
 log = logging.getLogger("opscan")
 FACTORS = (2, 3)
+LEADING = "the leading dimension of the input tensors"
+LIST = "the length of the list of input tensors (e.g. a detector's images)"
 
 
 @dataclass(frozen=True)
@@ -55,20 +61,40 @@ class Scaling:
     runs: tuple[Run, ...]
     method: str  # meta | fake | none
     note: str | None = None
+    varied: str = LEADING  # or LIST: what `batch` counts
 
     def to_dict(self) -> dict:
         """JSON form (peaks only; the curves stay in memory)."""
-        return {"batch": self.batch, "method": self.method, "note": self.note,
+        return {"batch": self.batch, "method": self.method, "note": self.note, "varied": self.varied,
                 "points": [{"batch": r.batch, "peak_bytes": max(r.curve, default=0),
                             "bfloat16_peak_bytes": max(r.bf16_curve, default=0)} for r in self.runs]}
 
 
 def batch_of(inputs) -> int | None:
-    """The leading dimension shared by most input tensors, or None without one."""
+    """The length of a list of same-rank tensors among the model's arguments (a detector's images: the batch is
+    the list, not the images' leading dimension), else the leading dimension shared by most input tensors;
+    None without either."""
     from opscan.trace.tensors import tensors_in
 
+    listed = tensor_list_length(inputs)
+    if listed is not None:
+        return listed
     dims = Counter(t.shape[0] for t in tensors_in(inputs) if t.dim() > 0)
     return dims.most_common(1)[0][0] if dims else None
+
+
+def tensor_list_length(inputs) -> int | None:
+    """The length of the first list of unbatched samples among the model's arguments — tensors all of rank 3
+    (C x H x W images, torchvision's detection convention) or all of rank 1 (sequences) — or None. The top
+    level of a tuple/list input holds the positional arguments themselves; a list of rank-2 or rank-4 tensors
+    may hold batched tensors (feature maps), so its tensors' leading dimension stays the batch."""
+    arguments = inputs.values() if isinstance(inputs, dict) else inputs if isinstance(inputs, (tuple, list)) else ()
+    for value in arguments:
+        for found in (value.values() if isinstance(value, dict) else [value]):
+            if isinstance(found, list) and {t.dim() if isinstance(t, torch.Tensor) else None for t in found} in \
+                    ({1}, {3}):
+                return len(found)
+    return None
 
 
 @dataclass(frozen=True)
@@ -87,26 +113,30 @@ def scaled_runs(target, dtype: str | None, inference: bool, has_mps_kernel: Call
     batch = batch_of(target.inputs)
     if batch is None:
         return Scaling(None, (), "none", "no input tensor has a leading (batch) dimension")
+    listed = tensor_list_length(target.inputs) is not None
     errors = []
     for method in ("meta", "fake"):
         try:
-            runs = tuple(_run(target, method, k, batch, dtype, inference, (has_mps_kernel, macos), stand)
+            runs = tuple(_run(target, method, k, batch, dtype, inference, (has_mps_kernel, macos), stand, listed)
                          for k in FACTORS)
         except Exception as exc:  # noqa: BLE001 - a step that can't be scaled is reported, not fatal
             errors.append(f"{method}: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}")
             log.debug("sizing run on %s tensors failed: %s", method, errors[-1])
             continue
-        return Scaling(batch, runs, method)
+        return Scaling(batch, runs, method, varied=LIST if listed else LEADING)
     return Scaling(batch, (), "none", f"the step could not run at batch {batch * FACTORS[0]} ({'; '.join(errors)}): "
-                   "its code may fix the batch (e.g. loss targets of one size); the table covers the traced batch")
+                   "its code may fix the batch (e.g. loss targets of one size); the table covers the traced batch",
+                   varied=LIST if listed else LEADING)
 
 
-def _run(target, method: str, k: int, batch: int, dtype, inference: bool, lens, stand: Stand) -> Run:
+def _run(target, method: str, k: int, batch: int, dtype, inference: bool, lens, stand: Stand,
+         listed: bool = False) -> Run:
     build = target.fake if method == "fake" and target.fake is not None else None
     mode = build.mode if build is not None else (fake.new_mode() if method == "fake" else None)
     model = target.model if build is not None else _model_copy(target.model, method, mode)
     with fake.entered(fake.FakeBuild(mode, "sizing") if mode is not None else None):
-        inputs = _scaled(target.inputs, k, batch, method, mode)
+        inputs = _scaled(target.inputs, k, batch, method, mode) if not listed else \
+            _lengthened(target.inputs, k, batch, method, mode)
         if dtype:
             model = model.to(getattr(torch, dtype))
             inputs = step.cast_floating(inputs, getattr(torch, dtype))
@@ -164,6 +194,18 @@ def _scaled(value, k: int, batch: int, method: str, mode=None):
     if isinstance(value, (list, tuple)):
         return type(value)(_scaled(v, k, batch, method, mode) for v in value)
     return value
+
+
+def _lengthened(value, k: int, batch: int, method: str, mode, top: bool = True):
+    """Inputs with every list of `batch` items among the model's arguments made `k` times longer (the images
+    repeated), each tensor in meta/fake form and of its own shape."""
+    if isinstance(value, list) and not top and len(value) == batch:
+        return [_scaled(v, 1, None, method, mode) for v in value] * k
+    if isinstance(value, dict):
+        return {key: _lengthened(v, k, batch, method, mode, top=False) for key, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_lengthened(v, k, batch, method, mode, top=False) for v in value)
+    return _scaled(value, 1, None, method, mode)
 
 
 def _is_fake(t: torch.Tensor) -> bool:

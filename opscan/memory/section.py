@@ -90,7 +90,7 @@ def memory_section(est: Estimate, fits: tuple[Fit, ...], scaling: dict[str, Any]
         "batch_line": batch_line(fits, est.batch, bool(scaling.get("points"))),
         "estimate": est.to_dict(),
         "macs": [f.to_dict() for f in fits],
-        "batch_scaling": {**scaling, "varied": "the leading dimension of the input tensors"},
+        "batch_scaling": {"varied": "the leading dimension of the input tensors", **scaling},
         "bfloat16": _bf16(est, bf16_blocked, dtype),
         "assumes": {"macos": macos, "fraction_rule": "2/3 of RAM up to 32 GB, 3/4 above (macOS 13-15 reports); "
                     "macOS 26: 0.78 above 32 GB", "hard_cap_ratio": HARD_CAP_RATIO, "fits_below": FIT_MARGIN,

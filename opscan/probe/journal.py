@@ -30,24 +30,45 @@ class JournalError(OpscanError):
 
 
 def read(path: Path, fingerprint: str) -> tuple[dict, dict, int]:
-    """(outcomes keyed (probe, pass), environments by pass, byte length of the valid part)."""
-    data = path.read_bytes()
-    valid = data[: data.rfind(b"\n") + 1]  # a torn last line (the run was killed mid-write) is dropped
+    """(outcomes keyed (probe, pass), environments by pass, byte length of the valid part). A torn last line
+    (the run was killed mid-write) is dropped; any other line that is not a record is a JournalError naming it."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise JournalError(f"cannot read the journal {path}: {exc.strerror or exc} — drop --resume to start over")
+    valid = data[: data.rfind(b"\n") + 1]
     done, envs = {}, {}
     for number, raw in enumerate(valid.splitlines(), 1):
-        entry = json.loads(raw)
-        kind = entry.pop("kind", None)
+        kind, entry = _record(raw, number, path)
         if number == 1:
             _check_header(kind, entry, fingerprint, path)
-        elif kind == "environment":
-            envs[entry["pass"]] = entry["environment"]
+        elif kind == "environment" and isinstance(entry.get("pass"), str):
+            envs[entry["pass"]] = entry.get("environment")
         elif kind == "outcome":
             try:
                 outcome = PassOutcome.from_dict(entry)
-            except (ProtocolError, TypeError) as exc:
-                raise JournalError(f"{path}: line {number} is not an outcome ({exc}) — delete it to start over")
+            except (ProtocolError, TypeError, KeyError, ValueError) as exc:
+                raise _damaged(path, number, f"not an outcome: {exc}") from None
             done[(outcome.probe, outcome.pass_name)] = outcome
+        else:
+            raise _damaged(path, number, f"an unknown record {str(kind)[:40]!r}")
     return done, envs, len(valid)
+
+
+def _record(raw: bytes, number: int, path: Path) -> tuple[object, dict]:
+    """(kind, the rest) of one journal line; a line that is not a JSON object is a JournalError."""
+    try:
+        entry = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _damaged(path, number, type(exc).__name__) from None
+    if not isinstance(entry, dict):
+        raise _damaged(path, number, "not a JSON object")
+    return entry.pop("kind", None), entry
+
+
+def _damaged(path: Path, number: int, why: str) -> JournalError:
+    return JournalError(f"the journal {path} is damaged at line {number} ({why}) — delete it or drop --resume "
+                        "to start over")
 
 
 def _check_header(kind, entry: dict, fingerprint: str, path: Path) -> None:
@@ -64,6 +85,7 @@ class Journal:
     def __init__(self, path: Path, fingerprint: str, device: str, probes: int, resume: bool):
         self.path = Path(path)
         self.done, self.environments = {}, {}
+        self._failed = False
         if resume and self.path.is_file() and self.path.stat().st_size:
             self.done, self.environments, size = read(self.path, fingerprint)
             with open(self.path, "r+b") as f:
@@ -75,9 +97,17 @@ class Journal:
                          "probes": probes})
 
     def _write(self, entry: dict) -> None:
-        self._file.write(json.dumps(entry, separators=(",", ":")) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        try:
+            self._file.write(json.dumps(entry, separators=(",", ":")) + "\n")
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as exc:
+            self._failed = True
+            raise self._error(exc) from None
+
+    def _error(self, exc: OSError) -> JournalError:
+        return JournalError(f"cannot write the journal {self.path}: {exc.strerror or exc} — free some space, then "
+                            "rerun with --resume (the finished probes are kept)")
 
     def outcome(self, outcome: PassOutcome) -> None:
         """Record one finished pass of one probe."""
@@ -88,5 +118,9 @@ class Journal:
         self._write({"kind": "environment", "pass": pass_name, "environment": record})
 
     def close(self) -> None:
-        """Close the file."""
-        self._file.close()
+        """Close the file (after a failed write, the line it could not write is dropped with it)."""
+        try:
+            self._file.close()
+        except OSError as exc:
+            if not self._failed:
+                raise self._error(exc) from None

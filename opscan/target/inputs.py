@@ -14,6 +14,11 @@ DTYPES = (
     "complex64", "complex128",
 )
 _INPUT = re.compile(r"^(?P<shape>\d+(?:x\d+)*|scalar):(?P<dtype>[a-z0-9]+)(?::(?P<low>-?\d+)-(?P<high>-?\d+))?$")
+MAX_TEXT = 200  # characters of an --input: more is not a shape anyone means (and int() of huge digit runs is slow)
+MAX_ELEMENTS = 1 << 62  # a tensor's element count must fit torch's int64 sizes
+# the [low, high) torch.randint accepts per integer dtype: high up to max + 1, except int64 (an int64 argument)
+INT_RANGES = {"int64": (-(1 << 63), (1 << 63) - 1), "int32": (-(1 << 31), 1 << 31), "int16": (-(1 << 15), 1 << 15),
+              "int8": (-128, 128), "uint8": (0, 256)}
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,7 @@ class InputSpec:
 
 def parse_input(text: str) -> InputSpec:
     """"1x3x224x224:float32" or "8x128:int64:0-30522" -> InputSpec."""
-    match = _INPUT.match(text.strip())
+    match = _INPUT.match(text.strip()) if len(text) <= MAX_TEXT else None
     if not match or match["dtype"] not in DTYPES:
         raise UsageError(
             f"--input {text!r} is malformed — write SHAPE:DTYPE like 1x3x224x224:float32, "
@@ -41,7 +46,22 @@ def parse_input(text: str) -> InputSpec:
         raise UsageError(
             f"--input {text!r}: the range LOW-HIGH needs LOW < HIGH — e.g. 8x128:int64:0-30522 (HIGH is exclusive)"
         )
+    _check_limits(text, shape, match["dtype"], low, high)
     return InputSpec(shape, match["dtype"], low, high)
+
+
+def _check_limits(text: str, shape: tuple[int, ...], dtype: str, low: int, high: int) -> None:
+    """A shape a tensor can have, and integers the dtype can hold."""
+    elements = 1
+    for size in shape:
+        elements *= size
+    if elements > MAX_ELEMENTS:
+        raise UsageError(f"--input {text!r}: {elements:.3g} elements is more than a tensor can hold (2**62) — pass a "
+                         "smaller shape")
+    lowest, highest = INT_RANGES.get(dtype, (low, high))
+    if low < lowest or high > highest:
+        raise UsageError(f"--input {text!r}: for {dtype}, LOW-HIGH must lie within {lowest}-{highest} (HIGH is "
+                         "exclusive) — pass a range that fits, or a wider dtype")
 
 
 def parse_arg(text: str) -> tuple[str, Any]:
@@ -51,8 +71,11 @@ def parse_arg(text: str) -> tuple[str, Any]:
         raise UsageError(f"--arg {text!r} is malformed — write KEY=VALUE, e.g. --arg num_classes=10")
     try:
         return key, ast.literal_eval(raw)
-    except (ValueError, SyntaxError):
-        return key, raw
+    except (ValueError, SyntaxError, TypeError):
+        return key, raw  # not a literal: kept as a string
+    except (RecursionError, MemoryError):
+        raise UsageError(f"--arg {key}=…: the value ({len(raw)} characters) is nested too deeply to read as a Python "
+                         "literal — pass a simpler value (numbers, strings, tuples, lists, dicts)") from None
 
 
 def random_inputs(specs: list[InputSpec]):

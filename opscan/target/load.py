@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import math
 import os
 import sys
 import traceback
@@ -23,7 +24,10 @@ from typing import Any, Callable
 import torch
 
 from opscan.errors import TargetError
+from opscan.units import human_bytes
 from opscan.target.inputs import InputSpec, random_inputs
+from opscan.target import user_code
+from opscan.target.user_code import running
 
 _OPSCAN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _IMPORTLIB_DIR = os.path.dirname(os.path.abspath(importlib.__file__)) + os.sep
@@ -59,7 +63,8 @@ def import_location(location: str) -> ModuleType:
     if location.endswith(".py") or "/" in location or Path(location).is_file():
         return _import_file(Path(location))
     try:
-        return importlib.import_module(location)
+        with running(f"importing {location}"):
+            return importlib.import_module(location)
     except Exception as exc:  # noqa: BLE001 - any import failure is the user's to fix
         raise TargetError(
             f"cannot import module {location!r}: {type(exc).__name__}: {exc} "
@@ -69,6 +74,7 @@ def import_location(location: str) -> ModuleType:
 
 
 def _import_file(path: Path) -> ModuleType:
+    path = user_code.absolute(path)  # against where the command started: the target may have changed directory
     if not path.is_file():
         raise TargetError(f"model file {str(path)!r} does not exist — check the path in TARGET")
     name = f"opscan_target_{abs(hash(str(path.resolve())))}"
@@ -79,7 +85,8 @@ def _import_file(path: Path) -> ModuleType:
     sys.path.insert(0, str(path.resolve().parent))
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        with running(f"importing {path}"):
+            spec.loader.exec_module(module)
     except SyntaxError as exc:
         raise TargetError(
             f"{path}:{exc.lineno}: syntax error: {exc.msg} — fix the file and rerun",
@@ -97,7 +104,7 @@ def load_target(spec: str, factory_args: dict[str, Any], input_specs: list[Input
                 choose_fake: Callable | None = None) -> Target:
     """Load TARGET, call its factory and find its inputs and optional step hooks.
 
-    `choose_fake(factory, factory_args)` (trace/fake.py) may return a FakeBuild: the factory and
+    `choose_fake(factory, factory_args, input_bytes)` (trace/fake.py) may return a FakeBuild: the factory and
     the inputs then run inside its FakeTensorMode (a built module can't be moved into it later)."""
     location, func_name = split_spec(spec)
     module = import_location(location)
@@ -111,13 +118,18 @@ def load_target(spec: str, factory_args: dict[str, Any], input_specs: list[Input
             f"{func_name!r} in {location} is not a function (it is of type {type(factory).__name__}) "
             "— name a function that returns an nn.Module"
         )
-    fake = choose_fake(factory, factory_args) if choose_fake is not None else None
+    fake = None
+    if choose_fake is not None:
+        with running(f"calling {func_name}() on the meta device (sizing the model)"):
+            fake = choose_fake(factory, factory_args, input_bytes(input_specs))
     with fake.mode if fake is not None else contextlib.nullcontext():
-        model, inputs = _call_factory(factory, spec, factory_args)
+        with running(f"calling {func_name}()"):
+            model, inputs = _call_factory(factory, spec, factory_args)
         if input_specs:
-            inputs = random_inputs(input_specs)
+            inputs = _random_inputs(input_specs, fake is not None)
         elif inputs is None:
-            inputs = _example_inputs(module, model, spec)
+            with running("calling example_inputs()"):
+                inputs = _example_inputs(module, model, spec)
     return Target(
         spec=spec,
         name=_model_name(func_name, model),
@@ -148,6 +160,22 @@ def _call_factory(factory: Callable, spec: str, factory_args: dict[str, Any]):
             "or a (model, example_inputs) pair"
         )
     return result, inputs
+
+
+def input_bytes(specs: list[InputSpec]) -> int:
+    """Bytes the --input tensors take."""
+    return sum(math.prod(spec.shape) * getattr(torch, spec.dtype).itemsize for spec in specs)
+
+
+def _random_inputs(specs: list[InputSpec], fake: bool):
+    """The --input tensors; one that cannot be allocated is a TargetError naming its size."""
+    try:
+        return random_inputs(specs)
+    except (RuntimeError, MemoryError) as exc:
+        size = human_bytes(input_bytes(specs))
+        raise TargetError(f"the --input tensors ({size}) cannot be allocated{' as fake tensors' * fake}: "
+                          f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]} — pass smaller "
+                          "--input shapes, or --fake to trace without allocating") from None
 
 
 def _factory_failed(spec: str, exc: Exception) -> TargetError:

@@ -57,11 +57,13 @@ class Footprint:
     param_bytes: int
     copies: int
     available: int
+    input_bytes: int = 0  # the --input tensors, which are built before the step too
 
     @property
     def estimate(self) -> int:
-        """Bytes the step's weights, gradients and optimizer state take (activations not counted)."""
-        return self.param_bytes * self.copies
+        """Bytes the step's weights, gradients, optimizer state and --input tensors take (activations not
+        counted)."""
+        return self.param_bytes * self.copies + self.input_bytes
 
     def too_big(self) -> bool:
         """True when the estimate exceeds RAM_FRACTION of the available RAM."""
@@ -69,8 +71,9 @@ class Footprint:
 
     def describe(self) -> str:
         """One sentence for stderr and the report's notes."""
+        inputs = f" + {human_bytes(self.input_bytes)} of --input tensors" if self.input_bytes else ""
         return (f"parameters take {human_bytes(self.param_bytes)}; x{self.copies} for "
-                f"{'weights, gradients and AdamW state' if self.copies > 1 else 'weights'} = "
+                f"{'weights, gradients and AdamW state' if self.copies > 1 else 'weights'}{inputs} = "
                 f"{human_bytes(self.estimate)}, more than {RAM_FRACTION:.0%} of the "
                 f"{human_bytes(self.available)} of RAM available")
 
@@ -84,13 +87,13 @@ class FakeChoice:
     dtype: str | None = None
     inference: bool = False
 
-    def __call__(self, factory: Callable, args: dict[str, Any]) -> FakeBuild | None:
-        """A FakeBuild to build the target in, or None for real tensors."""
+    def __call__(self, factory: Callable, args: dict[str, Any], input_bytes: int = 0) -> FakeBuild | None:
+        """A FakeBuild to build the target in, or None for real tensors (input_bytes: what --input makes)."""
         if self.force:
             return FakeBuild(new_mode(), "--fake: the model and inputs were built and traced with fake tensors")
         if not self.auto:
             return None
-        found = self.footprint(factory, args)
+        found = self.footprint(factory, args, input_bytes)
         if found is None or not found.too_big():
             return None
         reason = (f"traced with fake tensors (no memory allocated): the meta pre-pass found that the "
@@ -98,12 +101,13 @@ class FakeChoice:
         log.warning("%s", reason)
         return FakeBuild(new_mode(), reason)
 
-    def footprint(self, factory: Callable, args: dict[str, Any]) -> Footprint | None:
-        """Build the model on the meta device and size it; None when the factory can't run there."""
+    def footprint(self, factory: Callable, args: dict[str, Any], input_bytes: int = 0) -> Footprint | None:
+        """Build the model on the meta device and size it with the --input tensors; None when the factory
+        can't run there and no --input is given."""
         nbytes = meta_param_bytes(factory, args, self.dtype)
-        if nbytes is None:
+        if nbytes is None and not input_bytes:
             return None
-        return Footprint(nbytes, 1 if self.inference else STATE_COPIES, available_ram())
+        return Footprint(nbytes or 0, 1 if self.inference else STATE_COPIES, available_ram(), input_bytes)
 
 
 def new_mode(crosscheck: bool = False) -> FakeTensorMode:

@@ -7,6 +7,7 @@ import os
 import traceback
 
 from opscan.errors import StepError
+from opscan.target.user_code import running
 
 _OPSCAN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,16 +34,19 @@ def user_frames(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def user_step(spec: str):
-    """Re-raise failures that start outside opscan (the model, its inputs, torch) as StepError."""
-    try:
-        yield
-    except Exception as exc:  # noqa: BLE001
-        if _raised_by_opscan(exc):
-            raise
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        raise StepError(
-            f"the training step of {spec} failed: {type(exc).__name__}: {first} "
-            "— check that the inputs fit the model (--input, example_inputs()) and rerun with -v",
-            user_traceback=user_frames(exc),
-        ) from None
+def user_step(spec: str, what: str | None = None):
+    """Run the target's step as a stage of user code (`what`, default "running the training step of SPEC":
+    the supervisor's limit, sys.exit caught) and re-raise failures that start outside opscan (the model, its
+    inputs, torch) as StepError."""
+    with running(what or f"running the training step of {spec}"):
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001
+            if _raised_by_opscan(exc):
+                raise
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise StepError(
+                f"the training step of {spec} failed: {type(exc).__name__}: {first} "
+                "— check that the inputs fit the model (--input, example_inputs()) and rerun with -v",
+                user_traceback=user_frames(exc),
+            ) from None

@@ -20,6 +20,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from opscan.markers import MOVE_PREFIX
+from opscan.trace.guard import call_through
 
 _CPU = torch.device("cpu")
 _READS = (torch.Tensor.tolist, torch.Tensor.__repr__, torch.Tensor.__format__)
@@ -33,13 +34,13 @@ class ExplicitMoves(TorchFunctionMode):
         x = args[0] if args else None
         label = _label(func, args, kwargs) if isinstance(x, torch.Tensor) else None
         if label is None or x.device.type == "meta":
-            return func(*args, **kwargs)
+            return call_through(func, *args, **kwargs)  # the user's call: its errors are theirs
         with torch.autograd.profiler.record_function(MOVE_PREFIX + label):
             if func in (torch.Tensor.cpu, torch.Tensor.to) and _noop_to(func, x, args, kwargs):
-                return _copy_to_host(x)  # what MPS dispatches; the caller gets the host copy
+                return call_through(_copy_to_host, x)  # what MPS dispatches; the caller gets the host copy
             if func in _READS:
-                _copy_to_host(x)
-            return func(*args, **kwargs)
+                call_through(_copy_to_host, x)
+            return call_through(func, *args, **kwargs)
 
 
 def explicit_moves() -> ExplicitMoves:

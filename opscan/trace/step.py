@@ -57,7 +57,12 @@ def make_optimizer(model: torch.nn.Module, build_optimizer=None) -> torch.optim.
     """build_optimizer(model), else AdamW with defaults over the trainable parameters."""
     if build_optimizer is not None:
         return build_optimizer(model)
-    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise StepError("the model has no trainable parameters, so there is nothing for the default AdamW to "
+                        "train — scan its forward with --inference, or define build_optimizer(model) or "
+                        "train_step(model, optimizer, inputs) in the target file")
+    return torch.optim.AdamW(params)
 
 
 def run_train_step(model, optimizer, inputs, train_step=None, loss_fn=None) -> None:

@@ -1,0 +1,16 @@
+"""CLI layer: `opscan [SUBCOMMAND] ...` in this process — the first word picks the command's module."""
+
+from __future__ import annotations
+
+import importlib
+
+# `opscan NAME ...`: each subcommand's own module parses the rest (its `main(argv) -> exit code`)
+SUBCOMMANDS = {"coverage": "opscan.cli.coverage", "repro": "opscan.cli.repro", "bundle": "opscan.cli.bundle",
+               "merge": "opscan.cli.merge", "accept": "opscan.cli.accept"}
+
+
+def run(argv: list[str]) -> int:
+    """Run the command argv names (default: the scan) here; its exit code."""
+    module = SUBCOMMANDS.get(argv[0], "opscan.cli.scan") if argv else "opscan.cli.scan"
+    rest = argv[1:] if module != "opscan.cli.scan" else argv
+    return importlib.import_module(module).main(rest)

@@ -1,0 +1,198 @@
+"""CLI layer: the files opscan writes — whole or not at all — and the output folders it may write them into.
+
+- `write_files(files)`: every file is written to a temporary name beside it (`.NAME.PID.tmp`), flushed and
+  fsynced, then all of them are renamed into place. A failure (a full disk, a file-size limit, a read-only
+  folder) removes the temporaries and raises OutputError naming the file: nothing partial is left, and the
+  files an earlier run wrote there stay as they were.
+- `prepare_folder(path)`: create the folder (remembering what it created: a run that ends without writing
+  into it removes the folders it made, when they are still empty) and check that it is writable.
+- `claim(folder, identity)`: a folder holding another target's results (its `.opscan-target.json`, or an
+  earlier report.json naming another target) is refused with exit 2; nothing is ever deleted, and the same
+  target's journal stays for `--resume`. The marker is written before anything else goes into the folder.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+from opscan.errors import OutputError, UsageError
+
+MARKER = ".opscan-target.json"
+CREATED: list[Path] = []  # folders this run created, deepest last
+SUPERVISOR: dict = {}  # child.py's callbacks: "config"(limit=, verbose=), "created"(path)
+_FIX = {errno.ENOSPC: "free some space and rerun", errno.EDQUOT: "free some space (disk quota) and rerun",
+        errno.EFBIG: "the file-size limit (ulimit -f) is too small for it: raise it and rerun",
+        errno.EROFS: "pass -o with a folder on a writable file system"}
+
+
+def write_files(files: dict[Path, str | bytes], executable: tuple[Path, ...] = ()) -> list[Path]:
+    """Write every file whole (see the module docstring); the paths written."""
+    temporaries: dict[Path, Path] = {}
+    current = next(iter(files), Path("?"))
+    try:
+        for current, content in files.items():
+            temporaries[current] = _write_temporary(current, content, current in executable)
+        for current, temporary in temporaries.items():
+            os.replace(temporary, current)
+    except OSError as exc:
+        for temporary in temporaries.values():
+            _unlink(temporary)
+        raise output_error(exc, current) from None
+    return list(files)
+
+
+def write_file(path: Path, content: str | bytes, executable: bool = False) -> Path:
+    """One file, whole or not at all."""
+    return write_files({Path(path): content}, (Path(path),) if executable else ())[0]
+
+
+def output_error(exc: OSError, path) -> OutputError:
+    """The one line for a file that could not be written: which file, why, and what to do."""
+    fix = _FIX.get(exc.errno, "pass -o with a writable folder")
+    return OutputError(f"cannot write {path}: {exc.strerror or exc} — {fix}")
+
+
+def _write_temporary(path: Path, content: str | bytes, executable: bool) -> Path:
+    """`content` written and synced under a temporary name beside `path` (removed again on failure)."""
+    make_folders(path.parent)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.opscan-tmp")
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        if executable:
+            os.fchmod(fd, 0o755)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except OSError:
+        _unlink(temporary)
+        raise
+    finally:
+        os.close(fd)
+    return temporary
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def make_folders(folder: Path) -> None:
+    """mkdir -p, recording each folder made (a run that ends without writing into them removes them again)."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    folder.mkdir(parents=True, exist_ok=True)
+    for made in reversed(missing):
+        CREATED.append(made)
+        SUPERVISOR.get("created", lambda _p: None)(str(made))
+
+
+def prepare_folder(folder: Path) -> Path:
+    """Create `folder` (recording the folders made) and check that files can be written there."""
+    try:
+        make_folders(folder)
+        probe = folder / f".opscan-write-test.{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise OutputError(f"cannot write reports to {str(folder)!r}: {exc.strerror or exc} — pass -o with a "
+                          "writable folder") from None
+    return folder
+
+
+def remove_created() -> None:
+    """Remove the folders this run created and left empty (an interrupted or failed run), deepest first."""
+    while CREATED:
+        remove_if_empty(CREATED.pop())
+
+
+def remove_if_empty(folder) -> None:
+    """rmdir `folder` when nothing but this target's marker is in it (the marker goes too)."""
+    try:
+        if [p.name for p in Path(folder).iterdir()] == [MARKER]:
+            (Path(folder) / MARKER).unlink()
+        Path(folder).rmdir()
+    except OSError:
+        pass  # not empty, or gone: leave it
+
+
+def check_owner(folder: Path, mine: dict) -> None:
+    """Refuse (exit 2) a folder holding another target's results."""
+    held = held_by(folder)
+    if held is not None and not same_target(held, mine):
+        raise UsageError(f"{folder} holds the results of another target ({held.get('target')}) — pass -o with "
+                         "another folder for this one, or move that folder away (opscan never deletes results)")
+
+
+def claim(folder: Path, mine: dict) -> Path:
+    """Refuse a folder holding another target's results; else create it and mark it as this target's."""
+    check_owner(folder, mine)
+    prepare_folder(folder)
+    if held_by(folder) != mine:
+        write_file(folder / MARKER, json.dumps(mine, indent=1, sort_keys=True) + "\n")
+    return folder
+
+
+def check_report_rows(path: str, what: str) -> None:
+    """A report.json whose `ops` are rows (objects with op, overload, dtypes, verdict of the right types), else
+    a UsageError naming `what` and the first bad row."""
+    from opscan.verdict import Verdict
+
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return  # the loader says what is wrong with the file itself
+    rows = doc.get("ops") if isinstance(doc, dict) else None
+    names = {v.value for v in Verdict}
+    for i, row in enumerate(rows if isinstance(rows, list) else []):
+        if not _is_row(row, names):
+            raise UsageError(f"{what} {path!r} is not an opscan report.json: ops[{i}] is not a row (op, overload, "
+                             f"dtypes and verdict, as a scan writes them) — pass the report.json of an earlier scan")
+
+
+def held_by(folder: Path) -> dict | None:
+    """Whose results the folder holds: its marker, else the target an earlier report.json names; None: nobody's."""
+    for name, read in ((MARKER, lambda d: d), ("report.json", _report_identity)):
+        path = folder / name
+        if path.is_file():
+            try:
+                found = read(json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError):
+                found = None
+            return found if isinstance(found, dict) else {"target": f"a {name} opscan cannot read"}
+    return None
+
+
+def _report_identity(report: dict) -> dict:
+    return {"target": report["model"], "resolved": None}
+
+
+def identity(spec: str) -> dict:
+    """What a folder's results belong to: the TARGET as given and with its file part made absolute (its factory
+    arguments may differ: a rerun with other --arg values is the same target)."""
+    location, sep, func = spec.rpartition(":")
+    resolved = spec
+    if sep and (location.endswith(".py") or os.sep in location):
+        resolved = f"{os.path.abspath(location)}:{func}"
+    return {"target": spec, "resolved": resolved}
+
+
+def same_target(held: dict, mine: dict) -> bool:
+    """The same TARGET (an earlier report.json names it as it was typed, maybe relative to another folder)."""
+    if held.get("resolved") is None:
+        old = str(held.get("target"))
+        return mine["resolved"] == old or mine["resolved"].endswith(os.sep + old) or mine["target"] == old
+    return held.get("resolved") == mine["resolved"]
+
+
+def _is_row(row, verdicts: set[str]) -> bool:
+    if not isinstance(row, dict) or not isinstance(row.get("op"), str) or row.get("verdict") not in verdicts:
+        return False
+    dtypes = row.get("dtypes")
+    return isinstance(row.get("overload"), (str, type(None))) and isinstance(dtypes, list) and \
+        all(isinstance(d, str) for d in dtypes)
