@@ -93,7 +93,7 @@ def test_the_estimate_sees_the_scores_of_mps_attention():
     def forward_activations(steer: bool) -> int:
         target = load_target(ATTENTION, {}, [])
         trackers: list = []
-        trace = trace_step(target, has_mps_kernel=lambda op: steer,
+        trace = trace_step(target, has_mps_kernel=(lambda op: True) if steer else None,  # None: the lens is off
                            memory=lambda m, i, clock: trackers.append(track_step(m, i, clock)) or trackers[-1])
         calls = trace.calls
         est = estimate(trackers[0].timeline(2), lambda c: (calls[c].phase, calls[c].module, calls[c].op.display))

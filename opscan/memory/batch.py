@@ -32,13 +32,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from opscan.memory.estimate import curve, without_indices
 from opscan.memory.tracker import track_step
 from opscan.trace import fake, step
 from opscan.trace.call_cache import MetaCache
-from opscan.trace.lens import BRANCHES, _grad_needed
+from opscan.trace.lens import Lens
 
 log = logging.getLogger("opscan")
 FACTORS = (2, 3)
@@ -217,25 +216,10 @@ def _is_fake(t: torch.Tensor) -> bool:
     return isinstance(t, FakeTensor)
 
 
-class Steer(TorchFunctionMode):
-    """The lens's "steer" rows only (attention with grad takes MPS's math path: B x H x L x L scores), and
-    the calls MPS runs as its own max_pool2d (`pools`: the `clock()` values of their calls)."""
+class Steer(Lens):
+    """The lens (lens.py), which steers attention onto the branch MPS takes (with grad the math path: B x H x L x
+    L scores), and the calls MPS runs as its own max_pool2d (`pools`: the `clock()` values of their calls)."""
 
-    def __init__(self, has_mps_kernel: Callable, macos, clock: Callable[[], int] | None = None):
-        super().__init__()
-        self.macos, self.clock = macos, clock
-        self.table = {fn: b for b in BRANCHES if has_mps_kernel(b.kernel) for fn in b.functions}
-        self.pools: frozenset[int] = frozenset()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        branch = self.table.get(func)
-        decision = branch.decide(args, kwargs, _grad_needed(args, kwargs), self.macos) if branch else None
-        if decision is not None and decision[0] == "steer":
-            return decision[1](*args, **kwargs)
-        if decision is None or branch.rule != "mps-max-pool2d" or self.clock is None:
-            return func(*args, **kwargs)
-        start = self.clock()
-        out = func(*args, **kwargs)
-        self.pools |= frozenset(range(start, self.clock()))
-        return out
+    @property
+    def pools(self) -> frozenset[int]:
+        return frozenset(i for g in self.groups if g.rule == "mps-max-pool2d" for i in range(g.start, g.end))

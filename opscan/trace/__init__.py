@@ -17,7 +17,7 @@ from opscan.opkey import OpKey
 from opscan.target.load import Target
 from opscan.trace import collector, fake, fxnodes, step
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker
-from opscan.trace.lens import MpsLens
+from opscan.trace.lens import Lens
 from opscan.trace.recorder import CallRecorder
 from opscan.trace.records import FxInfo, OpCall, TensorMeta, Trace
 
@@ -40,11 +40,12 @@ def _never(op: OpKey) -> bool:
 
 
 def trace_step(target: Target, options: TraceOptions = TraceOptions(), *,
-               has_mps_kernel: Callable[[OpKey], bool] = _never,
+               has_mps_kernel: Callable[[OpKey], bool] | None = None,
                expand: Callable[[OpKey], bool] = _never, memory: Callable | None = None) -> Trace:
     """Run the target's step once under the recorder and return what was dispatched.
 
-    `has_mps_kernel(op)` turns on the lens rows whose kernel the predicted-for release has;
+    `has_mps_kernel(op)` turns the lens on for the predicted-for release (a row that needs an MPS kernel
+    applies when that release has it); None leaves the lens's rows off;
     `expand(op)` names the composites whose callees should be recorded (see recorder.py).
     The defaults record the plain CPU trace. A target built with fake tensors (`target.fake`) is
     traced inside the same FakeTensorMode. `memory(model, inputs, clock)`, when given, returns a
@@ -64,7 +65,8 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
     mapper = GradFnMapper(tracker)
     phases = PhaseTracker(tracker)
     recorder = CallRecorder(tracker, mapper, phases, expand)
-    lens = MpsLens(recorder, mapper, tracker, has_mps_kernel, options.macos)
+    lens = Lens(has_mps_kernel, options.macos, clock=lambda: len(recorder.calls), tracker=tracker,
+                paused=lambda: recorder.expanding)
     recorder.index_parameters(model)
     below = memory(model, inputs, lambda: len(recorder.calls) - 1) if memory else None
     recorder.below = below

@@ -25,7 +25,9 @@ from opscan.trace.argspec import encode as encode_args
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker, backward_module
 from opscan.trace.bookkeeping import is_bookkeeping
 from opscan.trace.guard import call_through
+from opscan.trace.hooks import run_composite
 from opscan.trace.records import OpCall, TensorMeta
+from opscan.trace.scalars import rewrapped
 from opscan.trace.tensors import StorageIds, describe, tensors_in
 
 _COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
@@ -75,6 +77,7 @@ class CallRecorder(TorchDispatchMode):
         op = _facts(func)
         if op is None:
             return self._decomposed(func, args, kwargs)
+        args, kwargs = rewrapped(func, args, kwargs)  # a composite's wrapped scalar, come back as a number
         phase = self.phases.current()
         if phase == "optimizer" and self._last_phase != "optimizer":
             self._index_gradients()
@@ -159,12 +162,18 @@ class CallRecorder(TorchDispatchMode):
                 return False
         return True
 
+    @property
+    def expanding(self) -> bool:
+        """True while a composite is re-dispatched to record its callees."""
+        return bool(self._parents)
+
     def _decomposed(self, func, args, kwargs):
         # Under inference_mode the autograd keys are skipped, so CompositeImplicitAutograd ops
         # (aten::linear, aten::conv2d, ...) reach this mode whole; record what they run instead,
-        # as in training. The C++ kernel only: Python decompositions are not what eager runs.
+        # as in training, the lens's ops through the lens (hooks.py). The C++ kernel only: Python
+        # decompositions are not what eager runs.
         with self:
-            return func._op_dk(_COMPOSITE, *args, **kwargs)
+            return run_composite(func, args, kwargs)
 
     def _module(self, phase: str, inputs: tuple[TensorMeta, ...]) -> tuple[str, str]:
         current = self.tracker.current

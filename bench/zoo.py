@@ -1,0 +1,165 @@
+"""Benchmark: opscan's predicted verdicts and lanes on a zoo of real architectures (bench/zoo.yaml).
+
+Each entry of the manifest is scanned in this process, as `opscan TARGET` would (opscan.scan.scan with the
+entry's arguments, inputs, mode, dtype and torch release; no probes, no memory estimate): tiny configs, random
+weights, nothing downloaded. Per model it prints the seconds the scan took, the report's rows, unknown rows,
+non-native rows and the predicted lane, and checks them against what the manifest says is true on MPS:
+
+- `lane`: the lane MPS really earns (every non-native row explained below, with its source);
+- `non_native`: the non-native rows as "op verdict" keys of the manifest's `reasons` table, each a one-line
+  reason why the row is true, with its source;
+- `known_wrong`: set on an entry whose predicted lane is known to be wrong (the reason says why); its lane
+  check is reported, not counted.
+
+A model is a mismatch when its lane differs from `lane` (and it is not known-wrong), when a non-native row is
+not among its `non_native` keys, or when an expected one is gone. The last line is the headline:
+
+    python bench/zoo.py [--manifest bench/zoo.yaml] [--only NAME ...] [--markdown]
+    ...
+    zoo_mismatches: 0 models
+
+`--markdown` prints the README's table and its reasons instead of the plain one. Exit status 1 on a
+mismatch or a scan that failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@dataclass
+class Result:
+    """One model's scan, set against its manifest entry."""
+
+    name: str
+    entry: dict
+    seconds: float = 0.0
+    rows: int = 0
+    unknown: int = 0
+    non_native: list[str] = field(default_factory=list)  # "op verdict" keys
+    lane: str = ""
+    error: str | None = None
+
+    @property
+    def problems(self) -> list[str]:
+        if self.error:
+            return [f"scan failed: {self.error}"]
+        expected = set(self.entry.get("non_native", []))
+        found = set(self.non_native)
+        out = [f"unexplained: {k}" for k in sorted(found - expected)]
+        out += [f"expected but gone: {k}" for k in sorted(expected - found)]
+        if self.lane != self.entry.get("lane") and not self.entry.get("known_wrong"):
+            out.append(f"lane {self.lane}, true lane {self.entry.get('lane')}")
+        return out
+
+
+def options_of(entry: dict):
+    """The manifest entry as ScanOptions (the shape a later `opscan zoo` can reuse)."""
+    from opscan.scan import ScanOptions
+
+    target = entry["target"]
+    if target.startswith("bench/"):
+        target = str(ROOT / target)
+    return ScanOptions(target, inputs=tuple(entry.get("inputs", ())), args=dict(entry.get("args", {})),
+                       inference=entry.get("mode", "train") == "inference", dtype=entry.get("dtype"),
+                       torch_version=entry.get("torch_version"), memory=False, fx=False)
+
+
+def run_one(name: str, entry: dict) -> Result:
+    from opscan.scan import scan
+    from opscan.verdict import Verdict
+
+    result = Result(name, entry)
+    start = time.perf_counter()
+    try:
+        report = scan(options_of(entry))
+    except Exception as exc:  # noqa: BLE001 - a model that can't be scanned is a row of the table
+        result.error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}"
+        result.seconds = time.perf_counter() - start
+        return result
+    result.seconds = time.perf_counter() - start
+    result.rows = len(report.rows)
+    result.unknown = sum(1 for r in report.rows if r.verdict == Verdict.UNKNOWN)
+    result.non_native = sorted({f"{r.op.display} {r.verdict.value}" for r in report.rows
+                                if r.verdict != Verdict.NATIVE})
+    result.lane = str(report.lane.name)
+    return result
+
+
+def _inputs_of(entry: dict) -> str:
+    return ", ".join(entry.get("inputs", [])) or "factory"
+
+
+def plain(results: list[Result]) -> str:
+    head = f"{'model':28} {'seconds':>7} {'rows':>5} {'unknown':>7} {'non-native':>10}  {'lane':16} status"
+    lines = [head]
+    for r in results:
+        status = "ok" if not r.problems else "; ".join(r.problems)
+        if not r.problems and r.entry.get("known_wrong"):
+            status = f"known-wrong: {r.entry['known_wrong']}"
+        lines.append(f"{r.name:28} {r.seconds:7.1f} {r.rows:5d} {r.unknown:7d} {len(r.non_native):10d}  "
+                     f"{r.lane or '-':16} {status}")
+    return "\n".join(lines)
+
+
+def markdown(results: list[Result], reasons: dict[str, str]) -> str:
+    lines = ["| model | source | step | seconds | rows | unknown | non-native | lane | non-native rows |",
+             "|---|---|---|---:|---:|---:|---:|---|---|"]
+    for r in results:
+        e = r.entry
+        step = e.get("mode", "train") + (f" {e['dtype']}" if e.get("dtype") else "") + \
+            (f" for {e['torch_version']}" if e.get("torch_version") else "")
+        lane = r.lane + (" (known-wrong)" if e.get("known_wrong") else "") if not r.error else "failed"
+        rows = ", ".join(f"`{k}`" for k in r.non_native) or "—"
+        lines.append(f"| {r.name} | {e.get('source', '')} | {step} | {r.seconds:.1f} | {r.rows} | {r.unknown} | "
+                     f"{len(r.non_native)} | {lane} | {rows} |")
+    used = sorted({k for r in results for k in r.non_native})
+    lines += ["", "Why each non-native row is true (rule and source):", ""]
+    lines += [f"- `{k}`: {reasons.get(k, '**UNEXPLAINED**')}" for k in used]
+    wrong = [r for r in results if r.entry.get("known_wrong")]
+    if wrong:
+        lines += ["", "Known-wrong lanes (the predicted lane differs from what MPS does, for the reason given):", ""]
+        lines += [f"- {r.name}: {r.entry['known_wrong']}" for r in wrong]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--manifest", default=str(ROOT / "bench" / "zoo.yaml"))
+    parser.add_argument("--only", nargs="*", help="scan only these entries")
+    parser.add_argument("--markdown", action="store_true", help="print the README table and its reasons")
+    args = parser.parse_args(argv)
+    manifest = yaml.safe_load(Path(args.manifest).read_text(encoding="utf-8"))
+    defaults = manifest.get("defaults", {})
+    models = {name: {**defaults, **entry} for name, entry in manifest["models"].items()
+              if not args.only or name in args.only}
+    start = time.perf_counter()
+    results = []
+    for name, entry in models.items():
+        results.append(run_one(name, entry))
+        print(f"zoo: {name}: {results[-1].seconds:.1f} s {results[-1].lane or results[-1].error}", file=sys.stderr)
+    total = time.perf_counter() - start
+    print(markdown(results, manifest.get("reasons", {})) if args.markdown else plain(results))
+    mismatches = [r for r in results if r.problems]
+    rows = sum(r.rows for r in results)
+    non_native = sum(len(r.non_native) for r in results)
+    print(f"\n{len(results)} models in {total:.0f} s: {rows} rows, {sum(r.unknown for r in results)} unknown, "
+          f"{non_native} non-native, {sum(1 for r in results if r.entry.get('known_wrong'))} known-wrong lanes")
+    print(f"zoo_mismatches: {len(mismatches)} models")
+    return 1 if mismatches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

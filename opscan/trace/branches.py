@@ -1,0 +1,168 @@
+"""Trace stage: Python code that tests the device type, made to take the branch MPS takes.
+
+docs/device_branches.md lists every device-type test in torch's Python code (torch 2.14.1 and 2.13.0) and in
+transformers and timm, relevant or not and why (tools/audit_device_branches.py). The relevant ones that are
+not the lens's aten composites are handled here: while a lens is active, each row's function is replaced in
+its module by the version that answers as on MPS, and every call of it is recorded as a "steer" group (its
+rule, condition and source reach the report's view summary). A row whose module is not imported (a
+transformers model the step does not use) is left alone. The device lists of nn.MultiheadAttention's and
+nn.TransformerEncoder(Layer)'s fast paths need no row: hooks.FastPathGate keeps them off, as on MPS.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+SRC_FOREACH = ("torch/utils/_foreach_utils.py _device_has_foreach_support: device.type in "
+               "_get_foreach_kernels_supported_devices() + ['cpu'] (the kernels list: cuda, xpu, mtia, privateuse1; "
+               "no mps), called by torch/nn/utils/clip_grad.py _get_total_norm, _clip_grads_with_norm_, "
+               "clip_grad_value_ (torch 2.14.1 lines 92, 170, 288; docs/device_branches.md)")
+SRC_INTERPOLATE = ("torch/nn/functional.py interpolate: `if not input.is_cpu and "
+                   "torch.are_deterministic_algorithms_enabled()` -> torch._decomp.decompositions._upsample_linear_vec "
+                   "(torch 2.14.1 lines 5267, 5287; docs/device_branches.md)")
+SRC_FLOAT32 = ("transformers 5.24.0 {file}: `{text}` (MPS has no float64, so the function computes in float32 "
+               "there; docs/device_branches.md)")
+FLOAT32_SITES = (  # (module, function, file:line, the test) — transformers 5.24.0, the version the audit read
+    ("transformers.models.aimv2.modeling_aimv2", "build_2d_sinusoidal_position_embedding",
+     "models/aimv2/modeling_aimv2.py:147", 'torch.float64 if device is None or device.type != "mps"'),
+    ("transformers.models.d_fine.modeling_d_fine", "build_2d_sinusoidal_position_embedding",
+     "models/d_fine/modeling_d_fine.py:645", 'torch.float64 if device is None or device.type != "mps"'),
+    ("transformers.models.deimv2.modeling_deimv2", "build_2d_sinusoidal_position_embedding",
+     "models/deimv2/modeling_deimv2.py:717", 'torch.float64 if device is None or device.type != "mps"'),
+    ("transformers.models.pp_doclayout_v2.modeling_pp_doclayout_v2", "build_2d_sinusoidal_position_embedding",
+     "models/pp_doclayout_v2/modeling_pp_doclayout_v2.py:1531", 'torch.float64 if device is None or ... != "mps"'),
+    ("transformers.models.pp_doclayout_v3.modeling_pp_doclayout_v3", "build_2d_sinusoidal_position_embedding",
+     "models/pp_doclayout_v3/modeling_pp_doclayout_v3.py:808", 'torch.float64 if device is None or ... != "mps"'),
+    ("transformers.models.pp_doclayout_v4.modeling_pp_doclayout_v4", "build_2d_sinusoidal_position_embedding",
+     "models/pp_doclayout_v4/modeling_pp_doclayout_v4.py:753", 'torch.float64 if device is None or ... != "mps"'),
+    ("transformers.models.rt_detr.modeling_rt_detr", "build_2d_sinusoidal_position_embedding",
+     "models/rt_detr/modeling_rt_detr.py:860", 'torch.float64 if device is None or device.type != "mps"'),
+    ("transformers.models.rt_detr_v2.modeling_rt_detr_v2", "build_2d_sinusoidal_position_embedding",
+     "models/rt_detr_v2/modeling_rt_detr_v2.py:986", 'torch.float64 if device is None or device.type != "mps"'),
+    ("transformers.models.udop.modeling_udop", "combine_image_text_embeddings",
+     "models/udop/modeling_udop.py:201", 'torch.float32 if bbox.device.type == "mps" else torch.float64'),
+    ("transformers.models.musicflamingo.modeling_musicflamingo", "apply_rotary_time_emb",
+     "models/musicflamingo/modeling_musicflamingo.py:185",
+     'torch.float32 if hidden_states.device.type == "mps" else torch.float64'),
+)
+
+
+@dataclass(frozen=True)
+class PyBranch:
+    """One Python-level device branch: the function replaced while a lens is active, and how."""
+
+    rule: str
+    module: str
+    name: str  # an attribute of the module
+    make: Callable[[Callable], Callable]  # the original -> the version that takes MPS's branch
+    condition: str
+    source: str
+    import_it: bool = False  # import the module if needed (torch's own); else only when already imported
+    applies: Callable = lambda args, kwargs: True  # does this call take another branch on MPS?
+
+
+def _as_mps(original: Callable) -> Callable:
+    """Ask a device helper about "mps" where it is asked about the traced device."""
+    def helper(*args, **kwargs):
+        args = tuple(_mps(a) for a in args)
+        return original(*args, **{k: _mps(v) for k, v in kwargs.items()})
+    return helper
+
+
+def _mps(value):
+    return torch.device("mps") if isinstance(value, torch.device) and value.type in ("cpu", "meta") else value
+
+
+def _deterministic_upsample(original: Callable) -> Callable:
+    """upsample_{bi,tri}linear(input, output_size, align_corners, scale_factors), as F.interpolate calls it: on
+    MPS under deterministic algorithms F.interpolate calls the decomposition with the same arguments instead."""
+    def upsample(*args, **kwargs):
+        from torch._decomp.decompositions import _upsample_linear_vec
+
+        return _upsample_linear_vec(*args)
+    return upsample
+
+
+def _deterministic_vec(args, kwargs) -> bool:
+    return torch.are_deterministic_algorithms_enabled() and len(args) == 4 and not kwargs
+
+
+class _Float32Torch(types.ModuleType):
+    """`torch` as the replaced function sees it: float64 reads as float32 (its only float64 use is the branch)."""
+
+    def __init__(self):
+        super().__init__("torch")
+
+    def __getattr__(self, name):
+        return torch.float32 if name in ("float64", "double") else getattr(torch, name)
+
+
+def _float32_branch(original: Callable) -> Callable:
+    names = dict(original.__globals__, torch=_Float32Torch())
+    copy = types.FunctionType(original.__code__, names, original.__name__, original.__defaults__,
+                              original.__closure__)
+    copy.__kwdefaults__ = original.__kwdefaults__
+    return copy
+
+
+ROWS = (
+    PyBranch("mps-no-foreach-clip", "torch.nn.utils.clip_grad", "_has_foreach_support", _as_mps,
+             "clip_grad_norm_/clip_grad_value_ with foreach=None: MPS is not in the foreach list, so the per-tensor "
+             "loop runs (the CPU trace takes _foreach_norm / _foreach_mul_)", SRC_FOREACH, import_it=True),
+    PyBranch("mps-no-foreach-clip", "torch.nn.utils.clip_grad", "_device_has_foreach_support", _as_mps,
+             "clip_grad_norm_/clip_grad_value_ with foreach=True: raises on MPS as the device has no foreach "
+             "support", SRC_FOREACH, import_it=True),
+    PyBranch("mps-interpolate-deterministic", "torch._C._nn", "upsample_bilinear2d", _deterministic_upsample,
+             "F.interpolate bilinear under torch.use_deterministic_algorithms(True): MPS runs the decomposition",
+             SRC_INTERPOLATE, import_it=True, applies=_deterministic_vec),
+    PyBranch("mps-interpolate-deterministic", "torch._C._nn", "upsample_trilinear3d", _deterministic_upsample,
+             "F.interpolate trilinear under torch.use_deterministic_algorithms(True): MPS runs the decomposition",
+             SRC_INTERPOLATE, import_it=True, applies=_deterministic_vec),
+    *(PyBranch("mps-float32-branch", module, name, _float32_branch,
+               f"{name} computes in float32 on MPS, float64 elsewhere",
+               SRC_FLOAT32.format(file=where, text=text))
+      for module, name, where, text in FLOAT32_SITES),
+)
+
+
+class Patched:
+    """The ROWS' functions replaced (see the module docstring): while `enabled()`, each call of one that takes
+    another branch on MPS runs the replacement, through `record(row, run)`."""
+
+    def __init__(self, record: Callable, enabled: Callable[[], bool]):
+        self.record, self.enabled = record, enabled
+        self._saved: list[tuple[object, str, object]] = []
+
+    def __enter__(self) -> Patched:
+        for row in ROWS:
+            module = _module(row)
+            original = getattr(module, row.name, None) if module is not None else None
+            if original is None:
+                continue
+            self._saved.append((module, row.name, original))
+            setattr(module, row.name, self._wrapped(row, original, row.make(original)))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        while self._saved:
+            module, name, original = self._saved.pop()
+            setattr(module, name, original)
+
+    def _wrapped(self, row: PyBranch, original: Callable, replacement: Callable) -> Callable:
+        def call(*args, **kwargs):
+            if not self.enabled() or not row.applies(args, kwargs):
+                return original(*args, **kwargs)
+            return self.record(row, lambda: replacement(*args, **kwargs))
+        return call
+
+
+def _module(row: PyBranch):
+    if row.module in sys.modules:
+        return sys.modules[row.module]
+    return importlib.import_module(row.module) if row.import_it else None

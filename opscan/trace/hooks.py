@@ -1,0 +1,93 @@
+"""Trace stage: where the lens (lens.py) plugs into torch, while one is active.
+
+- Kernels for the lens's composite ops at the autograd keys (AutogradCPU, AutogradMeta), where a
+  CompositeImplicitAutograd op is decomposed, and at the CPU backend key, which a call reaches under
+  `torch.inference_mode` when a dispatch mode re-dispatches it (torch refuses a Meta kernel for a CIA
+  op; on meta, attention's CIA kernel takes the math path anyway: meta has no `_fused_sdp_choice`
+  entry). A direct registration wins over the CIA kernel for that key (mps_facts.md §8,
+  OperatorEntry.cpp); each kernel hands the call to the active lens, or runs the CIA kernel when none
+  is active. They are registered when the
+  first lens is entered and removed when the last one leaves, so a process that is not tracing
+  runs torch unchanged.
+- the Python-level device branches of branches.py, replaced by the branch MPS takes;
+- `FastPathGate`, a TorchFunctionMode that passes every call through: while it is on,
+  `torch.overrides.has_torch_function()` is True, so nn.MultiheadAttention and
+  nn.TransformerEncoderLayer skip their inference fast paths, as they do on MPS, whose device type
+  their lists of fast-path devices never name (docs/device_branches.md).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._C import DispatchKey
+from torch.overrides import TorchFunctionMode
+
+from opscan.trace.branches import Patched
+from opscan.trace.guard import call_through
+
+CIA = DispatchKey.CompositeImplicitAutograd
+KEYS = ("AutogradCPU", "AutogradMeta", "CPU")
+_ACTIVE: list = []  # the lenses entered, innermost last (one trace at a time per process)
+_LIBRARY: list = []  # the torch.library.Library and the Python rows (branches.py) while a lens is active
+
+
+class FastPathGate(TorchFunctionMode):
+    """Passes every torch function through; see the module docstring."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return call_through(func, *args, **(kwargs or {}))
+
+
+def activate(lens, ops: tuple[str, ...]) -> None:
+    """Make `lens` the one the kernels hand calls to (registering them for `ops` on first use)."""
+    if not _LIBRARY:
+        library = torch.library.Library("aten", "IMPL")
+        for name in ops:
+            op = _overload(name)
+            for key in KEYS:
+                library.impl(name, _kernel(name, op), key)
+        _LIBRARY.extend((library, Patched(_steered, _rows_on).__enter__()))
+    _ACTIVE.append(lens)
+
+
+def deactivate(lens) -> None:
+    """Forget `lens`; the kernels go when no lens is left."""
+    _ACTIVE.remove(lens)
+    if not _ACTIVE and _LIBRARY:
+        _LIBRARY.pop().__exit__(None, None, None)
+        _LIBRARY.pop()._destroy()
+
+
+def _steered(row, run):
+    return _ACTIVE[-1].steered(row, run)
+
+
+def _rows_on() -> bool:
+    return bool(_ACTIVE and _ACTIVE[-1].table)
+
+
+def run_composite(func, args, kwargs):
+    """Run a CompositeImplicitAutograd op's kernel, through the active lens when it is one of its ops
+    (the recorder under inference_mode, where the autograd-key kernels are skipped)."""
+    name = _name(func)
+    run = lambda: call_through(func._op_dk, CIA, *args, **kwargs)  # noqa: E731
+    if _ACTIVE and name in _ACTIVE[-1].table:
+        return _ACTIVE[-1].dispatch(name, run, args, kwargs)
+    return run()
+
+
+def _kernel(name: str, op):
+    def kernel(*args, **kwargs):
+        run = lambda: call_through(op._op_dk, CIA, *args, **kwargs)  # noqa: E731
+        return _ACTIVE[-1].dispatch(name, run, args, kwargs) if _ACTIVE and name in _ACTIVE[-1].table else run()
+    return kernel
+
+
+def _overload(name: str):
+    packet, _, overload = name.partition(".")
+    return getattr(getattr(torch.ops.aten, packet), overload or "default")
+
+
+def _name(func) -> str:
+    overload = func._overloadname
+    return func._opname if overload == "default" else f"{func._opname}.{overload}"
