@@ -237,14 +237,57 @@ def test_at_most_a_tenth_of_the_overloads_stay_unknown_each_with_its_reason():
 
 
 def test_an_older_release_that_lacks_a_callee_says_its_path_is_not_known():
+    cov = coverage("2.0.0", with_since=False)
+    rows = {r.op: r for r in cov.rows}
+    assert K("aten::nonzero_static") not in rows  # 2.0.0's yaml does not declare it
+    # the installed torch's combinations calls nonzero_static: 2.0.0's own path is not known
+    row = rows[K("aten::combinations")]
+    assert (row.status.value, row.evidence.rule) == ("unknown", "composite-path-unknown")
+    assert "through nonzero_static, which torch 2.0.0 does not declare" in row.evidence.text
+    assert "decomposes it differently, and that path is not known" in row.evidence.text
+
+
+def test_an_older_release_is_judged_by_what_it_ran_where_the_facts_know_it():
+    # facts.yaml earlier_paths: before 2.5 (pytorch/pytorch#131844) the math attention called at::softmax, which
+    # dispatches _softmax (an MPS kernel in every 2.x yaml), where the installed torch calls _safe_softmax
     cov = coverage("2.3.0", with_since=False)
     rows = {r.op: r for r in cov.rows}
     assert K("aten::_safe_softmax") not in rows  # 2.3.0's yaml does not declare it (added in 2.5.0)
-    # the installed torch's math attention calls _safe_softmax: 2.3.0's own path is not known
     row = rows[K("aten::_scaled_dot_product_attention_math")]
-    assert (row.status.value, row.evidence.rule) == ("unknown", "composite-path-unknown")
-    assert "through _safe_softmax, which torch 2.3.0 does not declare" in row.evidence.text
-    assert "decomposes it differently, and that path is not known" in row.evidence.text
+    assert (row.status.value, row.evidence.rule) == ("native", "composite-samples")
+    assert "_safe_softmax (native)" in row.evidence.text
+    kb = load_knowledge(release="2.3.0")
+    from opscan.predict.rules import predict_op
+
+    found = predict_op(K("aten::_safe_softmax"), ("float32",), kb)
+    assert (found.verdict.value, found.evidence.rule) == ("native", "earlier-path")
+    assert "ran aten::_softmax in its place" in found.evidence.text and "#131844" in found.evidence.source
+    assert predict_op(K("aten::_safe_softmax"), ("float32",), load_knowledge(release="2.5.0")).evidence.rule \
+        != "earlier-path"  # 2.5.0 declares it: its own entry decides
+
+
+@pytest.mark.parametrize("release", ["2.0.0", "2.3.0", "2.14.1"])
+def test_composites_that_branch_on_the_device_are_judged_by_what_mps_runs(release):
+    # the OpInfo samples recorded the CPU path (sdpa -> the CPU flash kernel, no MPS kernel: unsupported; lstm and
+    # _convolution: no sample) — on MPS they dispatch the math path, _lstm_mps, _mps_convolution (facts.yaml)
+    rows = {r.op: r for r in coverage(release, with_since=False).rows}
+    for name, runs in (("scaled_dot_product_attention", "_scaled_dot_product_attention_math (native)"),
+                       ("lstm.input", "_lstm_mps (native)"), ("_convolution", "_mps_convolution (native)")):
+        row = rows[K(f"aten::{name}")]
+        assert (row.status.value, row.evidence.rule) == ("native", "mps-device-branch"), (name, row.evidence)
+        assert runs in row.evidence.text and "flash" not in row.evidence.text.split("(MPS input")[0]
+
+
+def test_the_lens_and_the_device_branch_facts_agree():
+    # trace/lens.py steers a traced call; facts.yaml tells coverage what the same composite runs on MPS
+    from opscan.knowledge.facts import load_facts
+    from opscan.trace.lens import BRANCHES
+
+    facts = load_facts().device_branches
+    steered = [b for b in BRANCHES if b.op not in ("linear", "max_pool2d", "rms_norm")]  # own kernels / conditional
+    assert {b.op for b in steered} == {"scaled_dot_product_attention", "lstm.input"}
+    for branch in steered:
+        assert branch.kernel in facts[K(f"aten::{branch.op}")].runs, (branch.op, branch.kernel)
 
 
 def test_rows_of_ops_the_release_does_not_declare_never_decide_the_upgrade():
@@ -252,15 +295,16 @@ def test_rows_of_ops_the_release_does_not_declare_never_decide_the_upgrade():
     from opscan.verdict import Classification, Evidence, Verdict
 
     kb = load_knowledge(release="2.3.0")
-    safe, mm = (K("aten::_safe_softmax"), ("float32",)), (K("aten::mm"), ("float32", "float32"))
+    # _fused_rms_norm: first declared in 2.8.0 (releases/2.8.0.txt), and no earlier path in facts.yaml
+    safe, mm = (K("aten::_fused_rms_norm"), ("float32",)), (K("aten::mm"), ("float32", "float32"))
     rows = {safe: [safe[0]], mm: [mm[0]]}
 
     def classify(op, k):  # as predict_call answers: an op the release does not declare is unknown there
         return Classification(Verdict.NATIVE if k.yaml.has(op) else Verdict.UNKNOWN, Evidence("r", "t", "s"))
 
-    current = {safe: Verdict.UNKNOWN, mm: Verdict.NATIVE}  # 2.3.0 lacks _safe_softmax (added in 2.5)
+    current = {safe: Verdict.UNKNOWN, mm: Verdict.NATIVE}  # 2.3.0 lacks _fused_rms_norm (added in 2.8)
     since, upgrade = history(rows, classify, kb, current)
-    assert since[safe] == "2.5.0" and since[mm] == "2.0.0"
+    assert since[safe] == "2.8.0" and since[mm] == "2.0.0"
     assert upgrade.target is None and upgrade.blocking == ()
     assert upgrade.text.startswith("every row is native in torch 2.3.0")
     assert "1 row is an op torch 2.3.0 does not declare" in upgrade.text

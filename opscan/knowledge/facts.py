@@ -83,6 +83,26 @@ class DtypeLimit:
     source: str
 
 
+@dataclass(frozen=True)
+class EarlierPath:
+    """An op the installed torch dispatches that a release series lacks, and what that release ran instead."""
+
+    op: OpKey
+    ran: OpKey
+    message: str
+    source: str
+
+
+@dataclass(frozen=True)
+class DeviceBranch:
+    """A composite op whose kernel dispatches other ops for MPS input (every release 2.0-2.14)."""
+
+    op: OpKey
+    runs: tuple[OpKey, ...]
+    condition: str
+    source: str
+
+
 @dataclass(frozen=True, eq=False)
 class ReleaseFacts:
     """The facts of facts.yaml for one release series."""
@@ -97,6 +117,8 @@ class ReleaseFacts:
     distributed_error: Fact | None  # set when c10d ops cannot fall back in this series
     outside_yaml: Mapping[OpKey, Fact] = field(default_factory=dict)  # MPS kernels the yaml lacks
     dtype_limits: tuple[DtypeLimit, ...] = ()
+    earlier_paths: Mapping[OpKey, EarlierPath] = field(default_factory=dict)  # ops this series lacks, and theirs
+    device_branches: Mapping[OpKey, DeviceBranch] = field(default_factory=dict)  # what a composite runs on MPS
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,6 +129,7 @@ class Facts:
     sections: Mapping[str, Mapping[str, tuple]]  # section -> series -> entries
     distributed: Mapping[str, str]
     count: int  # number of sourced entries, for kb_version
+    device_branches: Mapping[OpKey, DeviceBranch] = field(default_factory=dict)
 
     def for_release(self, release: str) -> ReleaseFacts:
         """The facts for `release`'s series; ValueError when the series is unknown."""
@@ -164,6 +187,26 @@ def _dtype_limit(entry: dict) -> tuple:
     return (DtypeLimit(str(entry["dtype"]), str(macos) if macos else None, entry["message"], entry["source"]),)
 
 
+def _earlier_path(entry: dict) -> tuple:
+    """An earlier_paths entry as a one-element tuple."""
+    _require(entry, ("op", "ran", "releases", "message", "source"), "earlier_paths")
+    op, ran = OpKey.from_yaml(entry["op"]), OpKey.from_yaml(entry["ran"])
+    return (EarlierPath(op, ran, str(entry["message"]), str(entry["source"])),)
+
+
+def _device_branches(entries: list[dict]) -> Mapping[OpKey, DeviceBranch]:
+    """The device_branches section: OpKey -> DeviceBranch."""
+    table: dict[OpKey, DeviceBranch] = {}
+    for entry in entries:
+        _require(entry, ("op", "runs", "condition", "source"), "device_branches")
+        op = OpKey.from_yaml(entry["op"])
+        if op in table or not entry["runs"]:
+            raise ValueError(f"device_branches: repeated op or nothing it runs in {entry!r}")
+        runs = tuple(OpKey.from_yaml(o) for o in entry["runs"])
+        table[op] = DeviceBranch(op, runs, str(entry["condition"]), str(entry["source"]))
+    return MappingProxyType(table)
+
+
 def _shape_sections(entries: list[dict], make=None) -> dict[str, tuple]:
     """series -> every ShapeError that applies to it."""
     table: dict[str, tuple] = {}
@@ -188,6 +231,7 @@ def parse_facts(raw: dict) -> Facts:
         "shape_errors": _shape_sections(raw.get("shape_errors", [])),
         "outside_yaml": _per_series(raw.get("outside_yaml", []), "outside_yaml", _op_facts),
         "dtype_limits": _shape_sections(raw.get("dtype_limits", []), _dtype_limit),
+        "earlier_paths": _shape_sections(raw.get("earlier_paths", []), _earlier_path),
     }
     series = tuple(sorted(sections["always_cpu"], key=version_tuple))
     for name in _PER_RELEASE:
@@ -197,9 +241,11 @@ def parse_facts(raw: dict) -> Facts:
     distributed = raw["distributed"]
     _require(distributed, ("namespace", "error_since", "message", "source"), "distributed")
     count = sum(len(raw[k]) for k in ("always_cpu", "python_registrations", "min_macos", "error_stubs"))
-    count += sum(len(raw.get(k, [])) for k in ("shape_errors", "outside_yaml", "dtype_limits")) + 1
+    optional = ("shape_errors", "outside_yaml", "dtype_limits", "earlier_paths", "device_branches")
+    count += sum(len(raw.get(k, [])) for k in optional) + 1
     frozen = {k: MappingProxyType(v) for k, v in sections.items()}
-    return Facts(series, MappingProxyType(frozen), MappingProxyType(dict(distributed)), count)
+    branches = _device_branches(raw.get("device_branches", []))
+    return Facts(series, MappingProxyType(frozen), MappingProxyType(dict(distributed)), count, branches)
 
 
 def _release_facts(facts: Facts, s: str) -> ReleaseFacts:
@@ -219,6 +265,8 @@ def _release_facts(facts: Facts, s: str) -> ReleaseFacts:
         distributed_error=Fact(dist["source"], dist["message"]) if broken else None,
         outside_yaml=MappingProxyType(dict(sec["outside_yaml"].get(s, ()))),
         dtype_limits=sec["dtype_limits"].get(s, ()),
+        earlier_paths=MappingProxyType({p.op: p for p in sec["earlier_paths"].get(s, ())}),
+        device_branches=facts.device_branches,
     )
 
 

@@ -56,12 +56,29 @@ def _judge(name: str, kb: Knowledge, memo: dict, stack: tuple[str, ...]) -> Clas
     if entry is not None and entry.autogen_from is not None and entry.composite and not kb.yaml.mps_kernel(op):
         origin = _judge(entry.autogen_from.yaml_name, kb, memo, (*stack, name))
         found = _generated(op, entry, origin, kb) if origin is not None else plain_status(op, kb)
+    elif op in kb.facts.device_branches:
+        found = _branched(kb.facts.device_branches[op], kb, memo, (*stack, name))
     else:
         found = predict_op(op, (), kb)
         if found.evidence.rule == "composite-no-callees":
             found = _from_samples(op, kb, memo, (*stack, name))
     memo[name] = found
     return found
+
+
+def _branched(branch, kb: Knowledge, memo: dict, stack) -> Classification:
+    """A composite whose kernel dispatches other ops for MPS input (facts.yaml device_branches): the worst of
+    the ops it may run there that the release declares — not the CPU path its OpInfo samples recorded."""
+    runs = [op for op in branch.runs if kb.yaml.has(op)]
+    judged = [(op, v) for op in runs if (v := _judge(op.yaml_name, kb, memo, stack)) is not None]
+    if not judged:
+        return plain_status(branch.op, kb)
+    callee, worst = max(judged, key=lambda p: p[1].verdict.rank)
+    named = ", ".join(f"{op} ({v.verdict})" for op, v in judged)
+    text = (f"for MPS input {branch.op} dispatches {named} ({branch.condition}); the worst, {callee}, decides "
+            f"for torch {kb.release}")
+    source = " + ".join(dict.fromkeys((branch.source, worst.evidence.source)))
+    return result(worst.verdict, "mps-device-branch", text, source, worst.remedy)
 
 
 def _generated(op: OpKey, entry, origin: Classification, kb: Knowledge) -> Classification:
@@ -92,8 +109,9 @@ def _from_samples(op: OpKey, kb: Knowledge, memo: dict, stack) -> Classification
 
 
 def _declared(name: str, kb: Knowledge) -> bool:
-    """Whether the release declares an aten callee (non-aten callees are judged by their own rules)."""
-    return "::" in name or kb.yaml.has(_key(name))
+    """Whether the release declares an aten callee, or facts.yaml knows what it ran in its place (non-aten
+    callees are judged by their own rules)."""
+    return "::" in name or kb.yaml.has(_key(name)) or _key(name) in kb.facts.earlier_paths
 
 
 def _path_unknown(op: OpKey, kb: Knowledge, recorded: Composites, missing: list[str]) -> Classification:

@@ -5,9 +5,10 @@ predicted `native`; the upgrade advice names the smallest release after the pred
 every row is native (the newest patch of that release series, which shares its entry). The calls
 are the MPS view traced with the installed torch for the predicted-for release: decompositions and
 the view's rewrites can differ in other releases (the report says so). A row whose op the
-predicted-for release does not declare (`_safe_softmax` predicted for 2.3.0: the installed torch's
-own decomposition) says nothing about what that release runs, so it never decides the advice; the
-advice says how many such rows it set aside. Releases that share an entry and a facts series get the
+predicted-for release does not declare (the installed torch's own decomposition) says nothing about
+what that release runs, so it never decides the advice, and the advice says how many such rows it set
+aside — unless facts.yaml's `earlier_paths` knows the op that release ran in its place (`_safe_softmax`
+before 2.5: `_softmax`), which predict.rules judges instead. Releases that share an entry and a facts series get the
 same verdicts, so each such group is judged once.
 """
 
@@ -121,7 +122,8 @@ def history(rows: dict[RowKey, Sequence], classify: Callable[[object, Knowledge]
     Rows of aten ops kb's release does not declare are set aside from the advice (module docstring)."""
     macos = ".".join(map(str, kb.macos)) if kb.macos_source == "--macos" else None
     native = judge(rows, classify, macos)
-    foreign = frozenset(k for k in rows if k[0].namespace == "aten" and not kb.yaml.has(k[0]))
+    foreign = frozenset(k for k in rows if k[0].namespace == "aten" and not kb.yaml.has(k[0])
+                        and k[0] not in kb.facts.earlier_paths)
     current_native = all(v == Verdict.NATIVE for k, v in current.items() if k not in foreign)
     return since_of(native), advise(kb.release, native, current_native, foreign)
 

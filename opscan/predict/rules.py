@@ -23,6 +23,7 @@ rules below in order and the first that applies decides (dtype rules: dtype_rule
 | 7 | `torchvision-mps` / `torchvision-mps-later` | `native` / `unsupported` (release before the kernel) |
 | 7 | `torchvision-not-in-table` / `namespace-no-table` | `unknown`: no sourced table decides |
 | 8 | `composite-callees` / `composite-no-callees` | worst callee verdict / `unknown` |
+| 9 | `earlier-path` | the verdict of the op the release ran in its place (facts.yaml `earlier_paths`) |
 | 9 | `not-in-yaml` | `unknown` |
 | 10 | `no-mps-kernel` | `unsupported` |
 """
@@ -39,7 +40,7 @@ from opscan.knowledge import Knowledge
 from opscan.knowledge.facts import TorchvisionOp, version_tuple
 from opscan.knowledge.shape_rules import CHECKS
 from opscan.opkey import OpKey
-from opscan.verdict import Classification, Verdict
+from opscan.verdict import Classification, Evidence, Verdict
 
 Callees = tuple[tuple[OpKey, tuple[str, ...]], ...]
 
@@ -198,6 +199,19 @@ def _composite(c: _Call) -> Classification | None:
     return _result(results[worst].verdict, "composite-callees", text, source, results[worst].remedy)
 
 
+def _earlier_path(c: _Call) -> Classification | None:
+    """Rule 9: an aten op the yaml does not declare, where facts.yaml knows what the release ran in its place
+    (the installed torch's decomposition calls a newer op): that op's verdict, with the same inputs."""
+    path = c.kb.facts.earlier_paths.get(c.op)
+    if path is None or c.kb.yaml.get(c.op) is not None:
+        return None
+    found = predict_op(path.ran, c.dtypes, c.kb)
+    text = (f"{c.op} is not in {c.kb.yaml_source}: the installed torch's decomposition dispatched it, and torch "
+            f"{c.release} ran {path.ran} in its place ({path.message}); {path.ran}: {found.evidence.text}")
+    source = " + ".join(dict.fromkeys((path.source, found.evidence.source)))
+    return Classification(found.verdict, Evidence("earlier-path", text, source), found.remedy, found.since)
+
+
 def _not_in_yaml(c: _Call) -> Classification | None:
     """Rule 9: an aten op the yaml does not declare."""
     if c.kb.yaml.get(c.op) is not None:
@@ -219,7 +233,8 @@ def _no_kernel(c: _Call) -> Classification:
 
 _RULES: tuple[Callable[[_Call], Classification | None], ...] = (
     float64, release_limit, complex_support, _always_cpu, _error_stub, _shape_error, kernel_check, expected_failure,
-    _yaml_mps, _outside_yaml, _python_registration, _distributed, _other_namespace, _composite, _not_in_yaml,
+    _yaml_mps, _outside_yaml, _python_registration, _distributed, _other_namespace, _composite, _earlier_path,
+    _not_in_yaml,
 )
 
 
