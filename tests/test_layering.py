@@ -2,7 +2,7 @@
 
 1. Stage order: a module imports only its own stage, the shared spine, and earlier stages, in the order of
    `STAGES` (target → trace → mps_view → knowledge → predict → probe → graph → report → memory → render → repro
-   → accept → scan → bundle → cli).
+   → accept → scan → zoo → bundle → cli).
 2. No import cycles between modules.
 3. Only modules of opscan/cli (and __main__) import opscan.cli.
 4. The top level of opscan/ holds at most ten modules: the pipeline's spine; everything else sits in its stage.
@@ -21,7 +21,7 @@ import pytest
 PKG = Path(__file__).resolve().parent.parent / "opscan"
 SHARED = ("opscan", "opscan.errors", "opscan.opkey", "opscan.verdict", "opscan.markers", "opscan.units")
 STAGES = ("target", "trace", "mps_view", "knowledge", "predict", "probe", "graph", "report", "memory", "render",
-          "repro", "accept", "scan", "bundle", "cli")
+          "repro", "accept", "scan", "zoo", "bundle", "cli")
 LOOSE_BUDGET = 10
 
 
