@@ -23,6 +23,7 @@ from opscan.scan import ScanOptions, run_trace, scan
 from opscan.target.load import load_target
 from opscan.trace import hooks
 from opscan.trace.lens import Lens
+from opscan.trace.questions import Questions
 from opscan.verdict import Verdict
 
 TARGETS = Path(__file__).parent / "targets" / "lens_depth.py"
@@ -141,7 +142,7 @@ def _encoder_layer_ops(gate: bool, monkeypatch) -> list[str]:
         monkeypatch.setattr(hooks.FastPathGate, "__exit__", lambda self, *exc: None)
     layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, batch_first=True).eval()
     ops = _Ops()
-    with torch.inference_mode(), Lens(lambda op: True, (14, 0)), ops:
+    with torch.inference_mode(), Lens(Questions(lambda op: True, macos=(14, 0))), ops:
         layer(torch.randn(2, 4, 16))
     return ops.names
 

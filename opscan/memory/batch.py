@@ -38,6 +38,7 @@ from opscan.memory.tracker import track_step
 from opscan.trace import fake, step
 from opscan.trace.call_cache import MetaCache
 from opscan.trace.lens import Lens
+from opscan.trace.questions import Questions
 
 log = logging.getLogger("opscan")
 FACTORS = (2, 3)
@@ -148,7 +149,7 @@ def _run(target, method: str, k: int, batch: int, dtype, inference: bool, lens, 
         if optimizer is not None:
             optimizer.step = _standing_in(tracker, stand.excess, model)
         torch.manual_seed(0)
-        steer = Steer(*lens, clock=lambda: tracker.calls)
+        steer = Steer(Questions(lens[0], macos=lens[1]), clock=lambda: tracker.calls)
         with steer, tracker:
             if inference:
                 step.run_inference(model, inputs)

@@ -18,6 +18,7 @@ from opscan.target.load import Target
 from opscan.trace import collector, fake, fxnodes, step
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker
 from opscan.trace.lens import Lens
+from opscan.trace.questions import Questions
 from opscan.trace.recorder import CallRecorder
 from opscan.trace.records import FxInfo, OpCall, TensorMeta, Trace
 
@@ -47,10 +48,11 @@ def trace_step(target: Target, options: TraceOptions = TraceOptions(), *,
     `has_mps_kernel(op)` turns the lens on for the predicted-for release (a row that needs an MPS kernel
     applies when that release has it); None leaves the lens's rows off;
     `expand(op)` names the composites whose callees should be recorded (see recorder.py).
-    The defaults record the plain CPU trace. A target built with fake tensors (`target.fake`) is
-    traced inside the same FakeTensorMode. `memory(model, inputs, clock)`, when given, returns a
-    storage tracker (opscan.memory.tracker.track_step) that the recorder hands every call it passes on,
-    as a dispatch mode below it would see them; `clock()` is the index of the call being recorded.
+    The defaults record the plain CPU trace; every answer these give is kept in `Trace.asked` (questions.py).
+    A target built with fake tensors (`target.fake`) is traced inside the same FakeTensorMode.
+    `memory(model, inputs, clock)`, when given, returns a storage tracker (opscan.memory.tracker.track_step)
+    that the recorder hands every call it passes on, as a dispatch mode below it would see them; `clock()` is
+    the index of the call being recorded.
     """
     with collector.spared(), fake.entered(target.fake):  # the imports and the model outlive the trace
         return _trace(target, options, has_mps_kernel, expand, memory)
@@ -64,9 +66,9 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
     tracker = ModuleTracker(model)
     mapper = GradFnMapper(tracker)
     phases = PhaseTracker(tracker)
-    recorder = CallRecorder(tracker, mapper, phases, expand)
-    lens = Lens(has_mps_kernel, options.macos, clock=lambda: len(recorder.calls), tracker=tracker,
-                paused=lambda: recorder.expanding)
+    release = Questions(has_mps_kernel, expand, options.macos)  # what the trace asks of the release, kept
+    recorder = CallRecorder(tracker, mapper, phases, release.expands)
+    lens = Lens(release, clock=lambda: len(recorder.calls), tracker=tracker, paused=lambda: recorder.expanding)
     recorder.index_parameters(model)
     below = memory(model, inputs, lambda: len(recorder.calls) - 1) if memory else None
     recorder.below = below
@@ -91,6 +93,7 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
         device=_device_of(model),
         groups=tuple(lens.groups),
         notes=tuple(notes),
+        asked=release.asked(),
     )
 
 

@@ -29,6 +29,7 @@ from opscan.opkey import OpKey
 from opscan.trace.argspec import encode
 from opscan.trace.guard import call_through
 from opscan.trace.hooks import FastPathGate, activate, deactivate
+from opscan.trace.questions import Questions
 from opscan.trace.records import Group
 
 SRC_YAML = "native_functions.yaml: CompositeImplicitAutograd and MPS entries; derivatives.yaml backward"
@@ -47,32 +48,34 @@ class Branch:
     rule: str
     op: str  # the CompositeImplicitAutograd overload (aten), e.g. "linear", "lstm.input"
     kernel: OpKey  # the op whose MPS kernel must exist in the release for a "replace" decision
-    decide: Callable  # (args, kwargs, grad_needed, macos, has_kernel) -> ("replace", fwd, bwd) | ("steer", fn) | None
+    decide: Callable  # (args, kwargs, grad_needed, macos_at_least, has_kernel) -> ("replace", fwd, bwd)
+    # | ("steer", fn) | None; macos_at_least(version) and has_kernel() ask the release (questions.py), so a row asks
+    # only what its decision turns on, and a trace records only the answers it depended on
     condition: str
     source: str
 
 
-def _linear(args, kwargs, grad, macos, has_kernel):
-    return ("replace", OpKey("aten", "linear"), OpKey("aten", "linear_backward")) if has_kernel else None
+def _linear(args, kwargs, grad, macos_at_least, has_kernel):
+    return ("replace", OpKey("aten", "linear"), OpKey("aten", "linear_backward")) if has_kernel() else None
 
 
-def _max_pool2d(args, kwargs, grad, macos, has_kernel):
+def _max_pool2d(args, kwargs, grad, macos_at_least, has_kernel):
     # aten::max_pool2d never returns indices (F.max_pool2d(return_indices=True) calls max_pool2d_with_indices)
-    return ("replace", OpKey("aten", "max_pool2d"), OpKey("aten", "max_pool2d_backward")) if has_kernel else None
+    return ("replace", OpKey("aten", "max_pool2d"), OpKey("aten", "max_pool2d_backward")) if has_kernel() else None
 
 
-def _rms_norm(args, kwargs, grad, macos, has_kernel):
+def _rms_norm(args, kwargs, grad, macos_at_least, has_kernel):
     weight = args[2] if len(args) > 2 else kwargs.get("weight")
-    if weight is None or grad or not has_kernel:
+    if weight is None or grad or not has_kernel():
         return None  # MPS runs rms_norm_composite: the same decomposition the CPU trace shows
     return "replace", OpKey("aten", "_fused_rms_norm"), None
 
 
-def _sdpa(args, kwargs, grad, macos, has_kernel):
+def _sdpa(args, kwargs, grad, macos_at_least, has_kernel):
     q, k, v = args[:3]
     dropout = args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0)
     contiguous = all(t.is_contiguous() for t in (q, k, v))
-    if has_kernel and dropout == 0.0 and not grad and (contiguous or macos >= (15, 0)):
+    if dropout == 0.0 and not grad and has_kernel() and (contiguous or macos_at_least((15, 0))):
         return "replace", OpKey("aten", "_scaled_dot_product_attention_math_for_mps"), None
     return "steer", _sdpa_math
 
@@ -82,8 +85,8 @@ def _sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
         query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
 
 
-def _lstm(args, kwargs, grad, macos, has_kernel):
-    return ("replace", OpKey("aten", "_lstm_mps"), OpKey("aten", "lstm_mps_backward")) if has_kernel else None
+def _lstm(args, kwargs, grad, macos_at_least, has_kernel):
+    return ("replace", OpKey("aten", "_lstm_mps"), OpKey("aten", "lstm_mps_backward")) if has_kernel() else None
 
 
 BRANCHES = (
@@ -107,16 +110,17 @@ BRANCHES = (
 class Lens:
     """Marks (or steers) the calls MPS dispatches differently; see the module docstring.
 
-    `has_mps_kernel(op)`: does the predicted-for release give `op` an MPS kernel (None: no rows, the plain
-    CPU trace); `clock()` is the index of the next recorded call (a group spans [clock before, clock after));
+    `release` (questions.py): the predicted-for release, asked whether it gives a row's op an MPS kernel and
+    whether the assumed macOS is recent enough, only when a decision turns on it (None: no rows, the plain CPU
+    trace); `clock()` is the index of the next recorded call (a group spans [clock before, clock after));
     `tracker` (the trace's ModuleTracker) names the group's module; `paused()` is True while the recorder
     re-runs a composite to record its callees (the lens leaves those calls as they are)."""
 
-    def __init__(self, has_mps_kernel: Callable[[OpKey], bool] | None, macos: tuple[int, int],
-                 clock: Callable[[], int] | None = None, tracker=None, paused: Callable[[], bool] | None = None):
-        self.macos, self.clock, self.tracker = macos, clock, tracker
+    def __init__(self, release: Questions | None, clock: Callable[[], int] | None = None, tracker=None,
+                 paused: Callable[[], bool] | None = None):
+        self.release, self.clock, self.tracker = release, clock, tracker
         self.paused = paused or (lambda: False)
-        self.table = {b.op: (b, has_mps_kernel(b.kernel)) for b in BRANCHES} if has_mps_kernel else {}
+        self.table = {b.op: b for b in BRANCHES} if release is not None and release.kernel_of is not None else {}
         self.groups: list[Group] = []
         self._inside: list[str] = []  # the modes of the decisions running now ("replace" | "steer")
         self._gate = FastPathGate()
@@ -132,10 +136,11 @@ class Lens:
 
     def dispatch(self, name: str, run: Callable, args, kwargs):
         """Run one call of a table op: its row's decision, else `run` (the composite kernel)."""
-        row, has_kernel = self.table[name]
+        row = self.table[name]
         if self.paused() or "replace" in self._inside:
             return run()  # inside a replaced span MPS runs the outer op, not this one
-        decision = row.decide(args, kwargs, _grad_needed(args, kwargs), self.macos, has_kernel)
+        decision = row.decide(args, kwargs, _grad_needed(args, kwargs), self.release.macos_at_least,
+                              lambda: self.release.has_kernel(row.kernel))
         if decision is None:
             return run()
         start = self.clock() if self.clock else 0

@@ -84,6 +84,7 @@ class Trace:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     groups: tuple = ()  # lens.Group records: super-op spans seen above the dispatcher
+    asked: tuple = ()  # ((question, answer), ...): what the trace asked of its release (questions.py)
 
     def findable(self) -> tuple[OpCall, ...]:
         """Top-level calls that are device work (bookkeeping and composite callees excluded)."""
