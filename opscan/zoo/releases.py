@@ -1,14 +1,20 @@
 """One model's step, judged for every release: its lane, whether the whole step is native, and the rows that
 block it, each with its evidence (ReleaseResult).
 
-`scan_releases(options, releases)` is the one entry point the zoo uses. This first version scans once per release
-(a whole `--torch-version R` scan each, memory off): correct by construction, and the yardstick that the single-
-trace version must equal.
+`scan_releases(options, releases)` is the one entry point the zoo uses. It traces the step once and judges every
+release from that trace: the MPS view, the predictions, the step graph and the lane are made per release, the
+target and its trace are not. A trace depends on its release only through the questions it asked of it
+(opscan/trace/questions.py: which ops have an MPS kernel, which composites to expand, the macOS); a release that
+answers one of them differently gets a trace of its own, so the result of every release is exactly the one a
+`--torch-version R` scan gives (`result_of(scan(...))`, the yardstick tests/test_zoo_releases.py holds it to).
+A transformer usually takes two traces (before and after 2.5, where the attention math path's `_safe_softmax`
+appears), a CNN one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+import time
 from typing import Any
 
 from opscan.verdict import Verdict
@@ -42,11 +48,18 @@ class ReleaseResult:
     native: bool  # every row native
     blocking: tuple[BlockingRow, ...]
     rows: int
+    # how the result was made, not what it says (equality ignores them): which of the model's traces judged this
+    # release (0-based; releases with the same number share it), how many traces all its releases took, and the
+    # seconds that trace took (loading the target and tracing its step)
+    trace: int = field(default=0, compare=False)
+    traces: int = field(default=1, compare=False)
+    trace_seconds: float = field(default=0.0, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
         return {"release": self.release, "lane": self.lane, "lane_why": list(self.lane_why), "native": self.native,
-                "blocking": [b.to_dict() for b in self.blocking], "rows": self.rows}
+                "blocking": [b.to_dict() for b in self.blocking], "rows": self.rows, "trace": self.trace,
+                "traces": self.traces, "trace_seconds": round(self.trace_seconds, 3)}
 
 
 def result_of(report, release: str) -> ReleaseResult:
@@ -60,11 +73,40 @@ def result_of(report, release: str) -> ReleaseResult:
 
 
 def scan_releases(options, releases: tuple[str, ...] | None = None) -> dict[str, ReleaseResult]:
-    """{release: ReleaseResult} for `options` (a ScanOptions; its torch_version is ignored) and every release in
-    `releases` (default: every release the knowledge base holds)."""
-    from opscan.knowledge import kb_releases
+    """{release: ReleaseResult} for `options` (a ScanOptions; its torch_version is ignored, the memory estimate is
+    off) and every release in `releases` (default: every release the knowledge base holds), from as few traces as
+    the releases' answers allow (see the module docstring)."""
+    from opscan.knowledge import kb_releases, load_knowledge
     from opscan.scan import scan
 
-    chosen = tuple(releases) if releases else kb_releases()
-    return {release: result_of(scan(replace(options, torch_version=release, memory=False)), release)
-            for release in chosen}
+    base = replace(options, memory=False)
+    traced: list[tuple[Any, float]] = []  # (Prepared, seconds), one per trace made
+    judged: dict[str, ReleaseResult] = {}
+    for release in tuple(releases) if releases else kb_releases():
+        kb = load_knowledge(yaml_path=options.yaml_path, release=release, macos=options.macos)
+        index = _serving(traced, kb)
+        if index is None:
+            traced.append(_traced(replace(base, torch_version=release)))
+            index = len(traced) - 1
+        prepared, seconds = traced[index]
+        report = scan(replace(base, torch_version=release), prepared=replace(prepared, kb=kb))
+        judged[release] = replace(result_of(report, release), trace=index, trace_seconds=seconds)
+    return {release: replace(found, traces=len(traced)) for release, found in judged.items()}
+
+
+def _serving(traced: list, kb) -> int | None:
+    """The index of the first trace made so far that `kb`'s release would make identically, else None."""
+    from opscan.predict.calls import has_mps_kernel, should_expand
+    from opscan.trace.questions import Questions, answers_equal
+
+    release = Questions(has_mps_kernel(kb), should_expand(kb), kb.macos)
+    return next((i for i, (prepared, _) in enumerate(traced) if answers_equal(prepared.trace.asked, release)), None)
+
+
+def _traced(options) -> tuple[Any, float]:
+    """The target loaded afresh and its step traced for options.torch_version (scan.prepare), with the seconds."""
+    from opscan.scan import prepare
+
+    start = time.perf_counter()
+    prepared = prepare(options)
+    return prepared, time.perf_counter() - start
