@@ -86,6 +86,9 @@ class Prepared:
     trace: Any
     view: Any
     trackers: list  # the memory tracker (one), when options.memory
+    # predict_call's caches, one per knowledge base (predict/history.py cache_of): scans of this trace for
+    # several releases (opscan/zoo/releases.py) share them, so each release's judgement of a call is made once
+    caches: dict = field(default_factory=dict)
 
 
 def prepare(options: ScanOptions) -> Prepared:
@@ -116,9 +119,10 @@ def scan(options: ScanOptions, session=None, prepared: Prepared | None = None) -
 
 def _stages(options: ScanOptions, session, prepared: Prepared) -> Report:
     from opscan.predict.calls import predict_call
+    from opscan.predict.history import cache_of
 
     kb, target, trace, view = prepared.kb, prepared.target, prepared.trace, prepared.view
-    cache: dict = {}
+    cache = cache_of(prepared.caches, kb)
     predicted = [predict_call(call, kb, cache) for call in view]
     memory = memory_stage(target, trace, view, kb, options, prepared.trackers)
     measurement = None
@@ -138,7 +142,7 @@ def build_report(prepared: Prepared, options: ScanOptions, predicted: list, memo
     from opscan.predict.history import since_and_upgrade, with_since
 
     kb, target, trace, view = prepared.kb, prepared.target, prepared.trace, prepared.view
-    since, upgrade = since_and_upgrade(view, predicted, kb)
+    since, upgrade = since_and_upgrade(view, predicted, kb, prepared.caches)
     rows = tuple(make_row(use, with_since(found, since.get((use.op, use.dtypes)), kb.release))
                  for use, found in collect_rows(view, predicted))
     verdicts, source = [v.verdict for v in predicted], Source.PREDICTED

@@ -146,18 +146,25 @@ def distinct_calls(view, verdicts) -> tuple[dict[RowKey, list], dict[RowKey, Ver
     return rows, worst
 
 
-def call_classifier() -> Callable[[object, Knowledge], Classification]:
-    """classify(call, kb) through predict.predict_call, with one cache per knowledge base."""
+def call_classifier(caches: dict | None = None) -> Callable[[object, Knowledge], Classification]:
+    """classify(call, kb) through predict.predict_call, with one cache per knowledge base (`caches`, see
+    cache_of: pass one to share the answers between scans of the same trace for different releases)."""
     from opscan.predict.calls import predict_call
 
-    caches: dict[int, dict] = {}
-    return lambda call, kb: predict_call(call, kb, caches.setdefault(id(kb), {}))
+    caches = {} if caches is None else caches
+    return lambda call, kb: predict_call(call, kb, cache_of(caches, kb))
 
 
-def since_and_upgrade(view, verdicts, kb: Knowledge) -> tuple[dict[RowKey, str | None], Upgrade]:
+def cache_of(caches: dict, kb: Knowledge) -> dict:
+    """predict_call's cache for `kb` in `caches` (keyed by id(kb); the entry holds kb, so the id stays its own)."""
+    return caches.setdefault(id(kb), (kb, {}))[1]
+
+
+def since_and_upgrade(view, verdicts, kb: Knowledge, caches: dict | None = None
+                      ) -> tuple[dict[RowKey, str | None], Upgrade]:
     """history() for a scan: `verdicts` are predict.predict_call's answers for the view's calls."""
     rows, current = distinct_calls(view, verdicts)
-    return history(rows, call_classifier(), kb, current)
+    return history(rows, call_classifier(caches), kb, current)
 
 
 def with_since(found: Classification, since: str | None, release: str) -> Classification:
