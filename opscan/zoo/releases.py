@@ -13,8 +13,8 @@ appears), a CNN one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 import time
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opscan.verdict import Verdict
