@@ -89,6 +89,7 @@ class Prepared:
     # predict_call's caches, one per knowledge base (predict/history.py cache_of): scans of this trace for
     # several releases (opscan/zoo/releases.py) share them, so each release's judgement of a call is made once
     caches: dict = field(default_factory=dict)
+    graphs: dict = field(default_factory=dict)  # step graphs by the calls' verdicts, shared the same way
 
 
 def prepare(options: ScanOptions) -> Prepared:
@@ -161,7 +162,7 @@ def build_report(prepared: Prepared, options: ScanOptions, predicted: list, memo
         modules=trace.modules, upgrade={**upgrade.to_dict(), "source": Source.PREDICTED.value},
         memory={**memory, "source": Source.PREDICTED.value} if memory else None,
         measurement=None if measurement is None else {**measurement.section, "disagreements": disagreements(rows)},
-        **graph_stage(trace, view, verdicts, rows, memory, source),
+        **graph_stage(trace, view, verdicts, rows, memory, source, prepared.graphs),
     )
 
 
@@ -211,17 +212,22 @@ def memory_stage(target, trace, view, kb, options: ScanOptions, trackers: list) 
 
 
 def graph_stage(trace, view, verdicts, rows, memory: dict[str, Any] | None = None,
-                source: Source = Source.PREDICTED) -> dict[str, Any]:
+                source: Source = Source.PREDICTED, graphs: dict | None = None) -> dict[str, Any]:
     """The step graph, its transfers and the lane they help decide, all from `verdicts` (one per MPS-view call,
-    predicted or measured as `source` says): the Report's keyword arguments."""
+    predicted or measured as `source` says): the Report's keyword arguments. `graphs` keeps `trace`'s graphs
+    (with their transfers) by verdicts: a scan of the same trace for another release with the same verdicts
+    reuses one (a graph is a function of the trace, its view and the verdicts alone)."""
     from opscan.graph.build import build_graph
     from opscan.graph.views import graph_section
     from opscan.graph.lanes import decide_lane, transfer_reasons
     from opscan.graph.transfers import account, regions, transfer_section
 
-    g = build_graph(trace, view, verdicts)
-    transfers = account(g)
-    g.graph["transfers"] = transfers  # per-call copies for the GraphML export
+    graphs = {} if graphs is None else graphs
+    if (key := tuple(verdicts)) not in graphs:
+        graphs[key] = build_graph(trace, view, verdicts)
+        graphs[key].graph["transfers"] = account(graphs[key])  # per-call copies for the GraphML export
+    g = graphs[key]
+    transfers = g.graph["transfers"]
     findings = sorted((i for i, r in enumerate(rows) if r.verdict.rank > 0), key=lambda i: -rows[i].verdict.rank)
     lane = decide_lane(rows, transfer_reasons(transfers, rows), (memory or {}).get("lane"), source)
     return {"lane": lane, "step_graph": g,

@@ -67,6 +67,18 @@ def test_every_release_equals_its_own_scan(judged):
         assert new[release].to_dict() | {"trace": 0, "traces": 1, "trace_seconds": 0.0} == old[release].to_dict()
 
 
+def test_results_read_back_from_json(judged):
+    import json
+
+    from opscan.zoo.releases import ReleaseResult
+
+    _, new, _, _, _ = judged
+    for found in new.values():
+        back = ReleaseResult.from_dict(json.loads(json.dumps(found.to_dict())))
+        assert back == found and back.to_dict() == found.to_dict()
+        assert (back.trace, back.traces) == (found.trace, found.traces)
+
+
 def test_one_trace_per_set_of_equal_answers(judged):
     name, new, _, traces, first = judged
     assert {r.traces for r in new.values()} == {traces}, name

@@ -37,6 +37,12 @@ class BlockingRow:
         return {"op": self.op, "dtypes": list(self.dtypes), "verdict": self.verdict, "rule": self.rule,
                 "evidence": self.evidence, "source": self.source, "verdict_source": self.verdict_source}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "BlockingRow":
+        """The row to_dict wrote."""
+        return cls(data["op"], tuple(data["dtypes"]), data["verdict"], data["rule"], data["evidence"],
+                   data["source"], data["verdict_source"])
+
 
 @dataclass(frozen=True)
 class ReleaseResult:
@@ -60,6 +66,14 @@ class ReleaseResult:
         return {"release": self.release, "lane": self.lane, "lane_why": list(self.lane_why), "native": self.native,
                 "blocking": [b.to_dict() for b in self.blocking], "rows": self.rows, "trace": self.trace,
                 "traces": self.traces, "trace_seconds": round(self.trace_seconds, 3)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ReleaseResult":
+        """The result to_dict wrote (one written before `trace`, `traces`, `trace_seconds` existed reads as one
+        trace of unknown seconds)."""
+        return cls(data["release"], data["lane"], tuple(data["lane_why"]), bool(data["native"]),
+                   tuple(BlockingRow.from_dict(b) for b in data["blocking"]), int(data["rows"]),
+                   int(data.get("trace", 0)), int(data.get("traces", 1)), float(data.get("trace_seconds", 0.0)))
 
 
 def result_of(report, release: str) -> ReleaseResult:
