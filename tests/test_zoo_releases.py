@@ -40,7 +40,7 @@ BEFORE_25 = ("2.0.0", "2.0.1", "2.1.0", "2.1.1", "2.1.2", "2.2.0", "2.2.1", "2.2
 # parameters' arithmetic, which makes its 27 yardstick scans cheap; the others run on real tensors.
 MODELS = {
     "resnet18": (ScanOptions("torchvision.models:resnet18", inputs=("2x3x32x32:float32",), args={"num_classes": 10},
-                             fake=True), 1, None),
+                             fake=True, fx=False), 1, None),
     "vit": (ScanOptions(f"{BENCH}:vision_transformer", fx=False), 2, BEFORE_25),  # nn.MultiheadAttention
     "bert": (ScanOptions(f"{BENCH}:hf", args=BERT, fx=False), 2, BEFORE_25),  # sdpa attention, trained
     "lstm": (ScanOptions(f"{BENCH}:lstm", fx=False), 1, None),
@@ -97,7 +97,7 @@ def test_the_releases_do_differ_where_the_knowledge_base_says(judged):
 
 
 def test_resnet18_is_native_from_2_1_and_the_one_trace_says_so():
-    options = replace(MODELS["resnet18"][0], fake=False, fx=False)  # real tensors this time
+    options = replace(MODELS["resnet18"][0], fake=False, fx=True)  # real tensors and fx node tags this time
     new = scan_releases(options, ("2.0.1", "2.1.0", "2.14.1"))
     assert [r.lane for r in new.values()] == ["linux-gpu-first", "mac-first", "mac-first"]
     (row,) = new["2.0.1"].blocking
