@@ -1,0 +1,148 @@
+"""Factories the zoo's families name as targets (`opscan.zoo.factories:NAME`): each returns `(model, inputs)`
+with random weights, nothing downloaded (HF_HUB_OFFLINE=1 is enough).
+
+- `torchvision(name, kind)`: torchvision's own builder at its real size (its default number of classes), with
+  small inputs for its kind: classification and segmentation 2x3x224x224 (the size every classifier accepts,
+  ViT included), video 1x3x8x112x112 (16x224x224 for MViT and Swin3D, which need it), optical flow two
+  1x3x128x128 frames, detection two 128x128 images with two boxes each (the loss needs targets: _Detection).
+- `timm_model(name)`: timm.create_model at full size, inputs at its pretrained config's input size.
+- `hf(...)`, `hf_auto(model_type, head)`: transformers models from small configs, with the inputs and labels their
+  task takes, so `outputs.loss` is the loss (bench/zoo_models.py's `hf` is this one).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+# Small-config keys (every config that has one gets it): 2 layers, width 32, 2 heads of 16, vocabulary 128
+SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
+         "intermediate_size": 64, "vocab_size": 128, "max_position_embeddings": 64, "head_dim": 16,
+         "n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 64, "n_inner": 64, "d_model": 32, "num_layers": 2,
+         "num_heads": 2, "d_ff": 64, "d_kv": 16, "encoder_layers": 1, "decoder_layers": 1,
+         "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
+         "image_size": 32, "patch_size": 8, "num_labels": 3}
+HEADS = {"causal-lm": ("AutoModelForCausalLM", "lm"), "masked-lm": ("AutoModelForMaskedLM", "lm"),
+         "classify": ("AutoModelForSequenceClassification", "classify"),
+         "image": ("AutoModelForImageClassification", "image")}
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ---------------------------------------------------------------- torchvision
+
+
+class _Detection(nn.Module):
+    """A torchvision detector in training: forward(images, boxes, labels) -> the sum of its losses."""
+
+    def __init__(self, detector: nn.Module):
+        super().__init__()
+        self.detector = detector
+
+    def forward(self, images, boxes, labels):
+        targets = [{"boxes": b, "labels": lab} for b, lab in zip(boxes, labels)]
+        return sum(self.detector(list(images), targets).values())
+
+
+def detection(name: str = "fasterrcnn_mobilenet_v3_large_320_fpn", size: int = 128, num_classes: int = 3):
+    """A torchvision detector (random weights, no pretrained backbone) and two images with two boxes each."""
+    import torchvision
+
+    detector = getattr(torchvision.models.detection, name)(weights=None, weights_backbone=None,
+                                                            num_classes=num_classes)
+    images = torch.rand(2, 3, size, size, generator=_gen())
+    boxes = torch.tensor([[[8.0, 8.0, 60.0, 60.0], [30.0, 40.0, 100.0, 110.0]]] * 2)
+    labels = torch.tensor([[1, 2], [2, 1]])
+    return _Detection(detector), (images, boxes, labels)
+
+
+def torchvision(name: str, kind: str = "classification"):
+    """torchvision's `name` at its real size with random weights, and small inputs for its `kind`."""
+    import torchvision as tv
+
+    if kind == "detection":
+        return detection(name, num_classes=91)
+    model = tv.models.get_model(name, weights=None, **({"weights_backbone": None} if kind == "segmentation" else {}))
+    g = _gen()
+    if kind == "video":
+        frames, side = (16, 224) if name.startswith(("mvit", "swin3d")) else (8, 112)
+        return model, torch.randn(1, 3, frames, side, side, generator=g)
+    if kind == "optical_flow":
+        return model, (torch.randn(1, 3, 128, 128, generator=g), torch.randn(1, 3, 128, 128, generator=g))
+    return model, torch.randn(2, 3, 224, 224, generator=g)
+
+
+# ---------------------------------------------------------------- timm
+
+
+def timm_model(name: str, batch: int = 2):
+    """timm's `name` at full size (random weights), inputs at its pretrained config's input size."""
+    import timm
+
+    model = timm.create_model(name, pretrained=False)
+    size = tuple((getattr(model, "pretrained_cfg", None) or {}).get("input_size") or (3, 224, 224))
+    return model, torch.randn(batch, *size, generator=_gen())
+
+
+# ---------------------------------------------------------------- Hugging Face transformers
+
+
+def hf(arch: str, config: dict, task: str = "lm", batch: int = 2, seq: int = 16, vocab: int = 128,
+       image: int = 32, channels: int = 3, audio: int = 1600, labels: int = 3, config_class: str | None = None):
+    """`transformers.<arch>` built from `<Arch>Config(**config)` (or `config_class`) with random weights, and
+    the inputs its task takes: token ids (lm, seq2seq, classify), pixel values (image), or raw audio (ctc,
+    speech-seq2seq: log-mel features), labels included so `outputs.loss` is the loss."""
+    import transformers
+
+    model_class = getattr(transformers, arch)
+    config_class = getattr(transformers, config_class) if config_class else model_class.config_class
+    model = model_class(config_class(**config))
+    return model, _hf_inputs(task, batch, seq, vocab, image, channels, audio, labels, config)
+
+
+def hf_auto(model_type: str, head: str = "causal-lm"):
+    """The auto-model class of `head` for `model_type` (e.g. "llama", "causal-lm"), from its default config
+    shrunk by SMALL (only the keys the config has), with the inputs of its task."""
+    import transformers
+
+    auto_class, task = HEADS[head]
+    default = transformers.AutoConfig.for_model(model_type)
+    small = {k: v for k, v in SMALL.items() if k in default.to_dict()}
+    config = transformers.AutoConfig.for_model(model_type, **small)
+    model = getattr(transformers, auto_class).from_config(config)
+    vocab = getattr(config, "vocab_size", None) or 128
+    image = getattr(config, "image_size", 32)
+    image = image if isinstance(image, int) else 32
+    return model, _hf_inputs(task, 2, 16, min(vocab, 128), image, getattr(config, "num_channels", 3), 1600, 3, {})
+
+
+def _hf_inputs(task, batch, seq, vocab, image, channels, audio, labels, config):
+    g = _gen()
+    ids = torch.randint(4, vocab, (batch, seq), generator=g)
+    if task == "lm":
+        return {"input_ids": ids, "labels": ids.clone()}
+    if task == "seq2seq":
+        return {"input_ids": ids, "labels": torch.randint(4, vocab, (batch, seq // 2), generator=g)}
+    if task == "classify":
+        return {"input_ids": ids, "labels": torch.randint(0, labels, (batch,), generator=g)}
+    if task == "image":
+        return {"pixel_values": torch.randn(batch, channels, image, image, generator=g),
+                "labels": torch.randint(0, labels, (batch,), generator=g)}
+    return _hf_multimodal(task, batch, seq, vocab, image, channels, audio, config, ids, g)
+
+
+def _hf_multimodal(task, batch, seq, vocab, image, channels, audio, config, ids, g):
+    if task == "clip":
+        return {"input_ids": ids, "pixel_values": torch.randn(batch, channels, image, image, generator=g),
+                "return_loss": True}
+    if task == "ctc":
+        return {"input_values": torch.randn(batch, audio, generator=g),
+                "labels": torch.randint(1, vocab, (batch, 4), generator=g)}
+    if task == "speech-seq2seq":
+        mels = config.get("num_mel_bins", 80)
+        frames = 2 * config.get("max_source_positions", 1500)
+        return {"input_features": torch.randn(batch, mels, frames, generator=g),
+                "labels": torch.randint(4, vocab, (batch, seq // 2), generator=g)}
+    raise ValueError(f"unknown task {task!r}")
