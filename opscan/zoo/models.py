@@ -12,7 +12,7 @@ A manifest (read with yaml.safe_load; bench/zoo.yaml is one):
         dtype: float16                         # optional, as --dtype
         fake: auto                             # auto | true | false: fake tensors (auto: try them, else real)
 
-A relative file target (`bench/zoo_models.py:hf`) is looked up from the current folder, then from the manifest's
+A relative file target (`bench/zoo_models.py:hf`) is made absolute: looked up from the current folder, then from the manifest's
 folder and each folder above it. bench/zoo.yaml's bookkeeping keys (source, why, lane, non_native, known_wrong,
 torch_version; the zoo covers every release, so torch_version is not used) are accepted. Anything else is a
 ManifestError: one line naming the manifest, the model and the key (exit 2).
@@ -163,11 +163,12 @@ def _fake(entry: dict, bad) -> str:
 
 
 def _resolve(target: str, manifest: Path) -> str:
-    """A relative file target, found from the current folder, else from the manifest's folder or one above."""
+    """A relative file target made absolute: found from the current folder, else from the manifest's folder or
+    one above it (left as written when none has it: the scan then says it is missing)."""
     location, _, func = target.rpartition(":")
-    if not location.endswith(".py") or Path(location).is_absolute() or Path(location).exists():
+    if not location.endswith(".py") or Path(location).is_absolute():
         return target
-    for folder in (manifest.resolve().parent, *manifest.resolve().parent.parents):
+    for folder in (Path.cwd(), manifest.resolve().parent, *manifest.resolve().parent.parents):
         if (folder / location).is_file():
             return f"{folder / location}:{func}"
     return target
