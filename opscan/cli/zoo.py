@@ -34,13 +34,15 @@ def build_parser() -> argparse.ArgumentParser:
                "YAML manifest for every torch release and write a leaderboard (HTML, JSON, CSV). "
                "`opscan zoo diff OLD.json NEW.json` lists the lanes that changed between two leaderboards.")
     p.add_argument("source", metavar="MANIFEST|FAMILY", help="torchvision, timm, transformers, or a manifest .yaml")
-    p.add_argument("-o", "--output-dir", metavar="DIR", help="leaderboard and journal folder (default reports/zoo-NAME)")
+    p.add_argument("-o", "--output-dir", metavar="DIR",
+                   help="leaderboard and journal folder (default reports/zoo-NAME)")
     p.add_argument("--releases", metavar="R[,R...]", help="these releases only (default: every release opscan knows)")
     p.add_argument("--workers", type=count(), default=os.cpu_count() or 1, metavar="N",
                    help="local worker processes (default: one per core)")
     p.add_argument("--ray", metavar="auto|ADDRESS", help="run the models as Ray tasks (pip install 'opscan[ray]')")
     p.add_argument("--limit", type=count(), metavar="N", help="the first N models (after --match)")
-    p.add_argument("--match", action="append", default=[], metavar="GLOB", help="models whose name matches (repeatable)")
+    p.add_argument("--match", action="append", default=[], metavar="GLOB",
+                   help="models whose name matches (repeatable)")
     p.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="S",
                    help=f"limit per model; past it the model is an error row (default {DEFAULT_TIMEOUT:g})")
     p.add_argument("-f", "--format", choices=("none", "json", "csv"), default="none", help="what to print on stdout")

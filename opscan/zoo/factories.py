@@ -12,6 +12,8 @@ with random weights, nothing downloaded (HF_HUB_OFFLINE=1 is enough).
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -58,13 +60,38 @@ def detection(name: str = "fasterrcnn_mobilenet_v3_large_320_fpn", size: int = 1
     return _Detection(detector), (images, boxes, labels)
 
 
+@contextlib.contextmanager
+def fake_safe_init():
+    """nn.init.trunc_normal_ that works on fake tensors. torch 2.14's samples by rejection until
+    `mask.any()` is False (torch/nn/init.py, _no_grad_trunc_normal_, 2.14.1 lines 111-125): a value fake tensors
+    do not have, so building ConvNeXt, ViT, Swin or MaxViT under them fails. Initial values do not matter to a
+    fake tensor (and the build is not part of the traced step), so a fake one is filled with normal_ instead."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    original = nn.init.trunc_normal_
+
+    def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
+        if is_fake(tensor):
+            with torch.no_grad():
+                return tensor.normal_(mean, std)
+        return original(tensor, mean, std, a, b, generator=generator)
+
+    nn.init.trunc_normal_ = trunc_normal_
+    try:
+        yield
+    finally:
+        nn.init.trunc_normal_ = original
+
+
 def torchvision(name: str, kind: str = "classification"):
     """torchvision's `name` at its real size with random weights, and small inputs for its `kind`."""
     import torchvision as tv
 
     if kind == "detection":
         return detection(name, num_classes=91)
-    model = tv.models.get_model(name, weights=None, **({"weights_backbone": None} if kind == "segmentation" else {}))
+    with fake_safe_init():
+        model = tv.models.get_model(name, weights=None,
+                                    **({"weights_backbone": None} if kind == "segmentation" else {}))
     g = _gen()
     if kind == "video":
         frames, side = (16, 224) if name.startswith(("mvit", "swin3d")) else (8, 112)
@@ -81,7 +108,8 @@ def timm_model(name: str, batch: int = 2):
     """timm's `name` at full size (random weights), inputs at its pretrained config's input size."""
     import timm
 
-    model = timm.create_model(name, pretrained=False)
+    with fake_safe_init():
+        model = timm.create_model(name, pretrained=False)
     size = tuple((getattr(model, "pretrained_cfg", None) or {}).get("input_size") or (3, 224, 224))
     return model, torch.randn(batch, *size, generator=_gen())
 

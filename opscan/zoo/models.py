@@ -12,10 +12,10 @@ A manifest (read with yaml.safe_load; bench/zoo.yaml is one):
         dtype: float16                         # optional, as --dtype
         fake: auto                             # auto | true | false: fake tensors (auto: try them, else real)
 
-A relative file target (`bench/zoo_models.py:hf`) is made absolute: looked up from the current folder, then from the manifest's
-folder and each folder above it. bench/zoo.yaml's bookkeeping keys (source, why, lane, non_native, known_wrong,
-torch_version; the zoo covers every release, so torch_version is not used) are accepted. Anything else is a
-ManifestError: one line naming the manifest, the model and the key (exit 2).
+A relative file target (`bench/zoo_models.py:hf`) is made absolute: looked up from the current folder, then
+from the manifest's folder and each folder above it. bench/zoo.yaml's bookkeeping keys (source, why, lane,
+non_native, known_wrong, torch_version; the zoo covers every release, so torch_version is not used) are
+accepted. Anything else is a ManifestError: one line naming the manifest, the model and the key (exit 2).
 """
 
 from __future__ import annotations
