@@ -340,3 +340,69 @@ def test_help_lists_the_zoo_without_importing_torch():
             "assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0 and "MANIFEST|FAMILY" in done.stdout, done.stderr
+
+
+def test_the_browser_check_catches_a_broken_zoo_page(tmp_path):
+    """The negative control for the check above: a script error is recorded on <body>."""
+    from test_html import chromium
+
+    from opscan.zoo.html import render_html
+
+    path = tmp_path / "board.html"
+    path.write_text(render_html(OLD).replace("<script>\n(function", "<script>\nnoSuchFunction();(function"),
+                    encoding="utf-8")
+    assert "noSuchFunction();(function" in path.read_text()
+    dom = chromium(tmp_path, "--dump-dom", path.as_uri()).stdout
+    assert 'data-ready="true"' not in dom
+
+
+# ---------------------------------------------------------------- families and their factories
+
+
+def test_the_torchvision_family_is_every_non_quantized_model_once():
+    import torchvision.models as tvm
+
+    from opscan.zoo.families import family
+
+    models = family("torchvision")
+    # list_models per module in torchvision 0.29.1: 80 classification, 12 detection, 6 segmentation, 9 video,
+    # 2 optical flow = 109 (the 12 quantized ones are left out)
+    expected = sum(len(tvm.list_models(module=m)) for m in (tvm, tvm.detection, tvm.segmentation, tvm.video,
+                                                            tvm.optical_flow))
+    assert len(models) == expected == len({m.name for m in models})
+    by_name = {m.name: m for m in models}
+    assert by_name["raft_small"].args == {"name": "raft_small", "kind": "optical_flow"}
+    assert by_name["ssd300_vgg16"].fake == "false" and by_name["resnet18"].fake == "auto"
+
+
+def test_trunc_normal_works_on_fake_tensors_inside_the_factories():
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from opscan.zoo.factories import fake_safe_init
+
+    with FakeTensorMode():
+        weight = torch.empty(4, 4)
+        with pytest.raises(Exception):  # torch 2.14.1: rejection sampling asks mask.any() of a fake tensor
+            torch.nn.init.trunc_normal_(weight, std=0.02)
+        with fake_safe_init():
+            assert torch.nn.init.trunc_normal_(weight, std=0.02).shape == (4, 4)
+    real = torch.empty(1000)
+    with fake_safe_init():
+        torch.nn.init.trunc_normal_(real, std=1.0, a=-0.5, b=0.5)  # real tensors keep the real sampler
+    assert real.abs().max() <= 0.5
+
+
+@pytest.mark.slow
+def test_a_full_size_convnext_is_traced_with_fake_tensors():
+    """torchvision's convnext_tiny at full size (28M parameters) through the zoo's task, for 2.14.1: built and
+    traced with fake tensors (no fallback to real ones), all native there (tests/test_predict_models.py pins
+    ConvNeXt's rows native)."""
+    from opscan.zoo.families import family
+    from opscan.zoo.task import run_model
+
+    model = next(m for m in family("torchvision") if m.name == "convnext_tiny")
+    result = run_model(model.to_dict(), ("2.14.1",))
+    assert result["error"] is None and result["fake"] is True
+    (cell,) = result["cells"]
+    assert cell["native"] and cell["lane"] == "mac-first"

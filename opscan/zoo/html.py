@@ -33,7 +33,6 @@ JS = """
 var errors=[];window.addEventListener('error',function(e){errors.push(e.message);
  document.body.setAttribute('data-js-errors',errors.length);});
 var data=JSON.parse(document.getElementById('zoo-data').textContent);
-var rank={'mac-first':0,'dual-track':1,'linux-gpu-first':2};
 function cellOf(key){return data.cells[key];}
 function show(td){
  document.querySelectorAll('td.selected').forEach(function(x){x.classList.remove('selected');});
