@@ -138,6 +138,7 @@ def hf_auto(model_type: str, head: str = "causal-lm"):
     auto_class, task = HEADS[head]
     default = transformers.AutoConfig.for_model(model_type)
     small = {k: v for k, v in SMALL.items() if k in default.to_dict()}
+    small["num_labels"] = 3  # every config takes it (to_dict() shows id2label instead); the labels are 0-2
     config = transformers.AutoConfig.for_model(model_type, **small)
     model = getattr(transformers, auto_class).from_config(config)
     vocab = getattr(config, "vocab_size", None) or 128
