@@ -76,10 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run `opscan accept`; returns the exit code."""
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args = parser.parse_or_code(argv)
+    if isinstance(args, int):
+        return args
     captured = _configure_logging(args.quiet)
     return run_guarded(lambda: _run(prepare_args(parser, args), captured), args.verbose)
 

@@ -55,10 +55,9 @@ def guarded(run, args, parser: argparse.ArgumentParser, then=None) -> int:
 def main(argv: list[str]) -> int:
     """`opscan bundle`; returns the exit code."""
     parser = bundle_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args = parser.parse_or_code(argv)
+    if isinstance(args, int):
+        return args
     given = len(scan_argv(argv)) != len(argv)  # no -o: bundles/<model>, not the scan's OPSCAN_OUTPUT_DIR default
     args.repro = True  # merged reports carry repro files
     return guarded(_bundle, args, parser, then=lambda a: None if given else setattr(a, "output_dir", None))

@@ -43,10 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """`opscan merge`; returns the exit code."""
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args = parser.parse_or_code(argv)
+    if isinstance(args, int):
+        return args
     return guarded(_merge, args, parser)
 
 

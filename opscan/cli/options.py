@@ -27,6 +27,13 @@ class Parser(argparse.ArgumentParser):
         fix = "" if " — " in message else f" — see {self.prog} --help"
         self.exit(2, f"opscan: error: {message}{fix}\n")
 
+    def parse_or_code(self, argv: list[str]) -> argparse.Namespace | int:
+        """The parsed flags, or the exit code argparse ended with (--help/--version 0, a usage error 2)."""
+        try:
+            return self.parse_args(argv)
+        except SystemExit as exc:
+            return int(exc.code or 0)
+
 
 def env_flag(parser, *flags: str, env: str, default=None, **kwargs) -> argparse.Action:
     """parser.add_argument(*flags, **kwargs) whose default is $env (read by `apply_environment`), else `default`."""

@@ -51,10 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """Run `opscan repro`; returns the exit code."""
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args = build_parser().parse_or_code(argv)
+    if isinstance(args, int):
+        return args
     return run_guarded(lambda: _run(args))
 
 

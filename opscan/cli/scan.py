@@ -253,9 +253,8 @@ def _mps_available() -> bool:
 def main(argv: list[str]) -> int:
     """`opscan TARGET [flags]`; returns the exit code."""
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse: --help/--version exit 0, usage errors exit 2
-        return int(exc.code or 0)
+    args = parser.parse_or_code(argv)
+    if isinstance(args, int):
+        return args
     configure_logging(args.verbose - args.quiet)
     return run_guarded(lambda: _run(prepare_args(parser, args)), args.verbose)

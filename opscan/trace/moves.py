@@ -33,7 +33,7 @@ class ExplicitMoves(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func not in _LABELLED:  # most calls: nothing to label
-            return func(*args, **kwargs)
+            return call_through(func, *args, **kwargs)  # the user's call: its errors are theirs
         x = args[0] if args else None
         label = _label(func, args, kwargs) if isinstance(x, torch.Tensor) else None
         if label is None or x.device.type == "meta":
