@@ -64,10 +64,9 @@ def main(argv: list[str]) -> int:
     """`opscan zoo`; returns the exit code."""
     is_diff = bool(argv) and argv[0] == "diff"
     parser = diff_parser() if is_diff else build_parser()
-    try:
-        args = parser.parse_args(argv[1:] if is_diff else argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args = parser.parse_or_code(argv[1:] if is_diff else argv)
+    if isinstance(args, int):
+        return args
     configure_logging(getattr(args, "verbose", 0) - getattr(args, "quiet", 0))
     return run_guarded(lambda: (_diff if is_diff else _zoo)(args), getattr(args, "verbose", 0))
 
