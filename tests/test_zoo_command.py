@@ -406,3 +406,20 @@ def test_a_full_size_convnext_is_traced_with_fake_tensors():
     assert result["error"] is None and result["fake"] is True
     (cell,) = result["cells"]
     assert cell["native"] and cell["lane"] == "mac-first"
+
+
+@pytest.mark.parametrize("args", [(0.1, 12), (0.0, 12), (0.3, 1), (0.2, [2, 2, 6, 2]), (0.2, [2, 2, 6, 2], True)])
+def test_the_python_drop_path_schedule_is_timms(args):
+    """The zoo builds timm models under fake tensors with a plain-Python drop-path schedule: it must give timm's
+    own values (torch.linspace(0, rate, n), split per stage when stagewise)."""
+    from timm.layers import calculate_drop_path_rates
+
+    from opscan.zoo.factories import _drop_path_rates
+
+    theirs, ours = calculate_drop_path_rates(*args), _drop_path_rates(*args)
+
+    def flat(rates):
+        return [v for s in rates for v in (s if isinstance(s, list) else [s])]
+
+    assert [type(s) for s in ours] == [type(s) for s in theirs]  # a list per stage when stagewise
+    assert flat(ours) == pytest.approx(flat(theirs), abs=1e-6)

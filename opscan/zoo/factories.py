@@ -108,10 +108,42 @@ def timm_model(name: str, batch: int = 2):
     """timm's `name` at full size (random weights), inputs at its pretrained config's input size."""
     import timm
 
-    with fake_safe_init():
+    with fake_safe_init(), _python_drop_path_rates():
         model = timm.create_model(name, pretrained=False)
     size = tuple((getattr(model, "pretrained_cfg", None) or {}).get("input_size") or (3, 224, 224))
     return model, torch.randn(batch, *size, generator=_gen())
+
+
+def _drop_path_rates(drop_path_rate: float, depths, stagewise: bool = False):
+    """timm.layers.calculate_drop_path_rates in plain Python: the same linear schedule as its
+    `torch.linspace(0, rate, n).tolist()` (timm 1.0.31 layers/drop.py:193-231), without a tensor whose values fake
+    tensors would not have (`drop_path > 0.` on them stops the build of most timm models)."""
+    total = depths if isinstance(depths, int) else sum(depths)
+    rates = [drop_path_rate * i / (total - 1) if total > 1 else 0.0 for i in range(total)]
+    if isinstance(depths, int):
+        if stagewise:
+            raise ValueError("stagewise=True requires depths to be a list of stage depths")
+        return rates
+    if not stagewise:
+        return rates
+    starts = [sum(depths[:i]) for i in range(len(depths))]
+    return [rates[start:start + depth] for start, depth in zip(starts, depths)]
+
+
+@contextlib.contextmanager
+def _python_drop_path_rates():
+    """Every timm module's `calculate_drop_path_rates` (each imports it by name) is _drop_path_rates inside."""
+    import sys
+
+    found = [(m, m.calculate_drop_path_rates) for n, m in list(sys.modules.items())
+             if n.startswith("timm.") and hasattr(m, "calculate_drop_path_rates")]
+    for module, _ in found:
+        module.calculate_drop_path_rates = _drop_path_rates
+    try:
+        yield
+    finally:
+        for module, original in found:
+            module.calculate_drop_path_rates = original
 
 
 # ---------------------------------------------------------------- Hugging Face transformers
