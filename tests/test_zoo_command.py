@@ -317,10 +317,12 @@ def test_the_html_runs_in_chromium_sorts_and_opens_a_cell(tmp_path):
 
 def test_the_ray_path_gives_the_pools_rows(tmp_path, capsys, scanned):
     import ray  # the dev extra installs it: CI runs this test, never skips it
-    path = manifest(tmp_path, "models:\n" + entry("mlp", "mlp") + entry("broken", "broken"))
+    path = manifest(tmp_path, "models:\n" + entry("mlp", "mlp") + entry("broken", "broken") + entry("crash", "crash")
+                    + entry("other", "mlp"))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        code, _, err = run_zoo(capsys, path, "-o", tmp_path / "out", "--releases", RELEASES, "--ray", "auto")
+        code, _, err = run_zoo(capsys, path, "-o", tmp_path / "out", "--releases", RELEASES, "--ray", "auto",
+                               "--match", "[mbc]*")  # not `other`
     finally:
         ray.shutdown()
     assert code == 1, err
@@ -333,6 +335,9 @@ def test_the_ray_path_gives_the_pools_rows(tmp_path, capsys, scanned):
 
     assert lanes(board, "mlp") == lanes(pool, "mlp")
     assert lanes(board, "broken") == lanes(pool, "broken")
+    assert [m["model"]["name"] for m in board["models"]] == ["broken", "crash", "mlp"]
+    crash = lanes(board, "crash")[0]  # the task's worker died: a lost task is that model's error row
+    assert crash.startswith("RayTaskLost: "), crash
 
 
 def test_help_lists_the_zoo_without_importing_torch():
