@@ -8,7 +8,7 @@ process each (`python -m opscan zoo MANIFEST -o DIR --workers N` and `... --ray 
 instance on every core: use --workers equal to the core count for a like-for-like figure), each into a fresh
 folder (no journal to resume):
 
-    python bench/zoo_throughput.py [--count 100] [--workers N] [--releases 2.14.1] [--skip-ray]
+    python bench/zoo_throughput.py [--count 100] [--workers N] [--releases 2.14.1] [--skip-ray] [--keep DIR]
     ...
     pool: 100 models (3 error rows) in 412 s: 14.6 models/min
     ray:  100 models (3 error rows) in 398 s: 15.1 models/min
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -69,6 +70,7 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--releases", default="2.14.1")
     parser.add_argument("--skip-ray", action="store_true", help="the pool only (where Ray is not installed)")
+    parser.add_argument("--keep", metavar="DIR", help="copy the pool run's leaderboard.{html,json,csv} here")
     args = parser.parse_args(argv)
     names = sample(args.count)
     print(f"zoo_throughput: {len(names)} timm models ({names[0]} … {names[-1]}), releases {args.releases}, "
@@ -82,6 +84,11 @@ def main(argv=None) -> int:
             rates[engine] = counts["models"] / seconds * 60
             print(f"{engine + ':':5} {counts['models']} models ({counts['errors']} error rows) in {seconds:.0f} s: "
                   f"{rates[engine]:.1f} models/min", flush=True)
+            if args.keep and engine == "pool":
+                keep = Path(args.keep)
+                keep.mkdir(parents=True, exist_ok=True)
+                for name in ("leaderboard.html", "leaderboard.json", "leaderboard.csv"):
+                    shutil.copyfile(Path(tmp) / engine / name, keep / name)
     figures = ", ".join(f"{rate:.1f} models/min ({engine})" for engine, rate in rates.items())
     print(f"zoo_models_per_minute: {figures}")
     return 0
