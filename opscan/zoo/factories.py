@@ -2,9 +2,10 @@
 with random weights, nothing downloaded (HF_HUB_OFFLINE=1 is enough).
 
 - `torchvision(name, kind)`: torchvision's own builder at its real size (its default number of classes), with
-  small inputs for its kind: classification and segmentation 2x3x224x224 (the size every classifier accepts,
-  ViT included), video 1x3x8x112x112 (16x224x224 for MViT and Swin3D, which need it), optical flow two
-  1x3x128x128 frames, detection two 128x128 images with two boxes each (the loss needs targets: _Detection).
+  small inputs for its kind: classification and segmentation 2x3x224x224 (the size ViT requires; 299 for
+  Inception v3, whose aux head needs it), video 1x3x8x112x112 (16x224x224 for MViT and Swin3D, which need it),
+  optical flow two 1x3x128x128 frames, detection two 128x128 images with two boxes each (the loss needs targets:
+  _Detection).
 - `timm_model(name)`: timm.create_model at full size, inputs at its pretrained config's input size.
 - `hf(...)`, `hf_auto(model_type, head)`: transformers models from small configs, with the inputs and labels their
   task takes, so `outputs.loss` is the loss (bench/zoo_models.py's `hf` is this one).
@@ -98,7 +99,8 @@ def torchvision(name: str, kind: str = "classification"):
         return model, torch.randn(1, 3, frames, side, side, generator=g)
     if kind == "optical_flow":
         return model, (torch.randn(1, 3, 128, 128, generator=g), torch.randn(1, 3, 128, 128, generator=g))
-    return model, torch.randn(2, 3, 224, 224, generator=g)
+    side = 299 if name == "inception_v3" else 224  # Inception v3's aux head needs 299 (torchvision's docs)
+    return model, torch.randn(2, 3, side, side, generator=g)
 
 
 # ---------------------------------------------------------------- timm
