@@ -3,9 +3,9 @@ with random weights, nothing downloaded (HF_HUB_OFFLINE=1 is enough).
 
 - `torchvision(name, kind)`: torchvision's own builder at its real size (its default number of classes), with
   small inputs for its kind: classification and segmentation 2x3x224x224 (the size ViT requires; 299 for
-  Inception v3, whose aux head needs it), video 1x3x8x112x112 (16x224x224 for MViT and Swin3D, which need it),
+  Inception v3, whose aux head needs it), video 1x3x8x112x112 (16x224x224 for MViT, Swin3D and S3D, which need it),
   optical flow two 1x3x128x128 frames, detection two 128x128 images with two boxes each (the loss needs targets:
-  _Detection).
+  _Detection; masks for Mask R-CNN, keypoints for Keypoint R-CNN).
 - `timm_model(name)`: timm.create_model at full size, inputs at its pretrained config's input size.
 - `hf(...)`, `hf_auto(model_type, head)`: transformers models from small configs, with the inputs and labels their
   task takes, so `outputs.loss` is the loss (bench/zoo_models.py's `hf` is this one).
@@ -38,26 +38,43 @@ def _gen(seed: int = 0) -> torch.Generator:
 
 
 class _Detection(nn.Module):
-    """A torchvision detector in training: forward(images, boxes, labels) -> the sum of its losses."""
+    """A torchvision detector in training: forward(images, boxes, labels[, extra]) -> the sum of its losses
+    (`extra`: per-image masks for Mask R-CNN, keypoints for Keypoint R-CNN, named by `extra_key`)."""
 
-    def __init__(self, detector: nn.Module):
+    def __init__(self, detector: nn.Module, extra_key: str | None = None):
         super().__init__()
         self.detector = detector
+        self.extra_key = extra_key
 
-    def forward(self, images, boxes, labels):
+    def forward(self, images, boxes, labels, extra=None):
         targets = [{"boxes": b, "labels": lab} for b, lab in zip(boxes, labels)]
+        if extra is not None:
+            for target, value in zip(targets, extra):
+                target[self.extra_key] = value
         return sum(self.detector(list(images), targets).values())
 
 
 def detection(name: str = "fasterrcnn_mobilenet_v3_large_320_fpn", size: int = 128, num_classes: int = 3):
-    """A torchvision detector (random weights, no pretrained backbone) and two images with two boxes each."""
+    """A torchvision detector (random weights, no pretrained backbone) and two images with two boxes each; Mask
+    R-CNN also gets a mask per box (ones inside it), Keypoint R-CNN 17 visible keypoints per box (inside it)."""
     import torchvision
 
     detector = getattr(torchvision.models.detection, name)(weights=None, weights_backbone=None,
                                                             num_classes=num_classes)
     images = torch.rand(2, 3, size, size, generator=_gen())
-    boxes = torch.tensor([[[8.0, 8.0, 60.0, 60.0], [30.0, 40.0, 100.0, 110.0]]] * 2)
+    box = [[8.0, 8.0, 60.0, 60.0], [30.0, 40.0, 100.0, 110.0]]
+    boxes = torch.tensor([box] * 2)
     labels = torch.tensor([[1, 2], [2, 1]])
+    if name.startswith("maskrcnn"):
+        masks = torch.zeros(2, 2, size, size, dtype=torch.uint8)
+        for i, (x0, y0, x1, y1) in enumerate(box):
+            masks[:, i, int(y0):int(y1), int(x0):int(x1)] = 1
+        return _Detection(detector, "masks"), (images, boxes, labels, masks)
+    if name.startswith("keypointrcnn"):
+        points = torch.linspace(0.2, 0.8, 17)
+        keypoints = torch.stack([torch.stack([x0 + (x1 - x0) * points, y0 + (y1 - y0) * points, torch.ones(17)], 1)
+                                 for x0, y0, x1, y1 in box])
+        return _Detection(detector, "keypoints"), (images, boxes, labels, torch.stack([keypoints] * 2))
     return _Detection(detector), (images, boxes, labels)
 
 
@@ -95,7 +112,7 @@ def torchvision(name: str, kind: str = "classification"):
                                     **({"weights_backbone": None} if kind == "segmentation" else {}))
     g = _gen()
     if kind == "video":
-        frames, side = (16, 224) if name.startswith(("mvit", "swin3d")) else (8, 112)
+        frames, side = (16, 224) if name.startswith(("mvit", "swin3d", "s3d")) else (8, 112)
         return model, torch.randn(1, 3, frames, side, side, generator=g)
     if kind == "optical_flow":
         return model, (torch.randn(1, 3, 128, 128, generator=g), torch.randn(1, 3, 128, 128, generator=g))

@@ -8,6 +8,7 @@ one-line reason; it never ends the run.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
@@ -36,6 +37,8 @@ def run_model(model_dict: dict[str, Any], releases: tuple[str, ...] | None) -> d
     """Scan one model (ZooModel.to_dict) for `releases` (None: every release); its ModelResult as JSON."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    if not os.environ.get("TORCH_LOGS"):  # torch's fake-tensor logger prints whole tracebacks of what the row says
+        logging.getLogger("torch").setLevel(logging.CRITICAL + 1)
     model = ZooModel.from_dict(model_dict)
     start = time.perf_counter()
     tries = {"auto": (True, False), "true": (True,), "false": (False,)}[model.fake]
