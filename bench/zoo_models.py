@@ -17,74 +17,9 @@ def _gen(seed: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-# ---------------------------------------------------------------- Hugging Face transformers
-
-
-def hf(arch: str, config: dict, task: str = "lm", batch: int = 2, seq: int = 16, vocab: int = 128,
-       image: int = 32, channels: int = 3, audio: int = 1600, labels: int = 3, config_class: str | None = None):
-    """`transformers.<arch>` built from `<Arch>Config(**config)` (or `config_class`) with random weights, and
-    the inputs its task takes: token ids (lm, seq2seq, classify), pixel values (image), or raw audio (ctc,
-    speech-seq2seq: log-mel features), labels included so `outputs.loss` is the loss."""
-    import transformers
-
-    model_class = getattr(transformers, arch)
-    config_class = getattr(transformers, config_class) if config_class else model_class.config_class
-    model = model_class(config_class(**config))
-    return model, _hf_inputs(task, batch, seq, vocab, image, channels, audio, labels, config)
-
-
-def _hf_inputs(task, batch, seq, vocab, image, channels, audio, labels, config):
-    g = _gen()
-    ids = torch.randint(4, vocab, (batch, seq), generator=g)
-    if task == "lm":
-        return {"input_ids": ids, "labels": ids.clone()}
-    if task == "seq2seq":
-        return {"input_ids": ids, "labels": torch.randint(4, vocab, (batch, seq // 2), generator=g)}
-    if task == "classify":
-        return {"input_ids": ids, "labels": torch.randint(0, labels, (batch,), generator=g)}
-    if task == "image":
-        return {"pixel_values": torch.randn(batch, channels, image, image, generator=g),
-                "labels": torch.randint(0, labels, (batch,), generator=g)}
-    if task == "clip":
-        return {"input_ids": ids, "pixel_values": torch.randn(batch, channels, image, image, generator=g),
-                "return_loss": True}
-    if task == "ctc":
-        return {"input_values": torch.randn(batch, audio, generator=g),
-                "labels": torch.randint(1, vocab, (batch, 4), generator=g)}
-    if task == "speech-seq2seq":
-        mels = config.get("num_mel_bins", 80)
-        frames = 2 * config.get("max_source_positions", 1500)
-        return {"input_features": torch.randn(batch, mels, frames, generator=g),
-                "labels": torch.randint(4, vocab, (batch, seq // 2), generator=g)}
-    raise ValueError(f"unknown task {task!r}")
-
-
-# ---------------------------------------------------------------- torchvision detection (loss needs targets)
-
-
-class _Detection(nn.Module):
-    """A torchvision detector in training: forward(images, boxes, labels) -> the sum of its losses."""
-
-    def __init__(self, detector: nn.Module):
-        super().__init__()
-        self.detector = detector
-
-    def forward(self, images, boxes, labels):
-        targets = [{"boxes": b, "labels": lab} for b, lab in zip(boxes, labels)]
-        return sum(self.detector(list(images), targets).values())
-
-
-def detection(name: str = "fasterrcnn_mobilenet_v3_large_320_fpn", size: int = 128, num_classes: int = 3):
-    """A torchvision detector (random weights, no pretrained backbone) and two images with two boxes each."""
-    import torchvision
-
-    detector = getattr(torchvision.models.detection, name)(weights=None, weights_backbone=None,
-                                                            num_classes=num_classes)
-    g = _gen()
-    images = torch.rand(2, 3, size, size, generator=g)
-    boxes = torch.tensor([[[8.0, 8.0, 60.0, 60.0], [30.0, 40.0, 100.0, 110.0]]] * 2)
-    labels = torch.tensor([[1, 2], [2, 1]])
-    return _Detection(detector), (images, boxes, labels)
+# Hugging Face models and torchvision detectors: opscan's zoo factories (opscan/zoo/factories.py), shared with
+# `opscan zoo`'s families so the two zoos build them the same way
+from opscan.zoo.factories import _Detection, _hf_inputs, detection, hf  # noqa: E402,F401
 
 
 def vision_transformer():

@@ -6,7 +6,7 @@ import importlib
 
 # `opscan NAME ...`: each subcommand's own module parses the rest (its `main(argv) -> exit code`)
 SUBCOMMANDS = {"coverage": "opscan.cli.coverage", "repro": "opscan.cli.repro", "bundle": "opscan.cli.bundle",
-               "merge": "opscan.cli.merge", "accept": "opscan.cli.accept"}
+               "merge": "opscan.cli.merge", "accept": "opscan.cli.accept", "zoo": "opscan.cli.zoo"}
 
 
 def run(argv: list[str]) -> int:

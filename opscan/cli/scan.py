@@ -29,6 +29,7 @@ subcommands (each with its own --help):
   opscan bundle TARGET [scan flags] -o DIR           the probes packed for a Mac you reach over SSH
   opscan merge RESULTS.jsonl [--bundle DIR]          fold a bundle's results into the measured report
   opscan accept TARGET [--device D]                  the real step on a device against the CPU reference
+  opscan zoo MANIFEST|FAMILY [-o DIR] [--ray auto]    a leaderboard of many models over every release
 
 TARGET: path/to/model.py:build_model or package.module:factory (e.g. torchvision.models:resnet18).
 The factory returns an nn.Module or (model, example_inputs); the file may define example_inputs(),
