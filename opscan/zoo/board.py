@@ -15,7 +15,7 @@ from typing import Any
 
 from opscan.errors import UsageError
 from opscan.zoo.models import ZooModel
-from opscan.zoo.releases import BlockingRow, ReleaseResult
+from opscan.zoo.releases import ReleaseResult
 
 SCHEMA = "opscan-zoo/1"
 LANES = ("mac-first", "dual-track", "linux-gpu-first")
@@ -40,12 +40,8 @@ class Cell:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Cell":
-        """The cell to_dict wrote."""
-        blocking = tuple(BlockingRow(b["op"], tuple(b["dtypes"]), b["verdict"], b["rule"], b["evidence"],
-                                     b["source"], b["verdict_source"]) for b in data["blocking"])
-        result = ReleaseResult(data["release"], data["lane"], tuple(data["lane_why"]), bool(data["native"]),
-                               blocking, int(data["rows"]))
-        return cls(result, data.get("source", "predicted"), data.get("origin", ""))
+        """The cell to_dict wrote (with the trace its release was judged from, when the JSON has it)."""
+        return cls(ReleaseResult.from_dict(data), data.get("source", "predicted"), data.get("origin", ""))
 
 
 @dataclass(frozen=True)
