@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from opscan.knowledge.table_text import header_and_rows, read_shipped
+
 COMPOSITES_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "composites.txt")
 
 
@@ -52,15 +54,9 @@ def format_composites(release: str, git_version: str, edges: Mapping[str, Mappin
 
 def parse_composites(text: str) -> Composites:
     """composites.txt text -> Composites (ValueError on a bad line)."""
-    release = git = ""
+    release, git, rows = header_and_rows(text)
     calls: dict[str, list] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line or line.startswith("#"):
-            continue
-        fields = line.split(" ")
-        if fields[0] == "torch":
-            release, git = fields[1], fields[2]
-            continue
+    for number, line, fields in rows:
         if len(fields) < 2 or "#" not in fields[1]:
             raise ValueError(f"composites.txt line {number}: {line!r}")
         calls.setdefault(fields[0], []).append((fields[1], tuple(fields[2:])))
@@ -71,7 +67,4 @@ def parse_composites(text: str) -> Composites:
 @functools.lru_cache(maxsize=2)
 def load_composites(path: str = COMPOSITES_PATH) -> Composites | None:
     """The shipped callees (None when the file is absent)."""
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as fh:
-        return parse_composites(fh.read())
+    return read_shipped(path, parse_composites)

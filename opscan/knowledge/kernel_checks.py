@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from opscan.knowledge.table_text import read_shipped
+
 CHECKS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_checks.txt")
 KINDS = ("dtype", "rank", "size", "flag", "macos")
 _WORDS = {
@@ -213,7 +215,4 @@ def _check(fields: list[str], order: list[str], commits: dict[str, str]) -> Kern
 @functools.lru_cache(maxsize=2)
 def load_checks(path: str = CHECKS_PATH) -> KernelChecks | None:
     """The shipped checks (None when the file is absent)."""
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as fh:
-        return parse_checks(fh.read())
+    return read_shipped(path, parse_checks)

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from opscan.knowledge.table_text import header_and_rows, read_shipped
+
 MAP_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "opinfo_map.txt")
 METHODS = ("name", "samples", "none")
 
@@ -72,15 +74,9 @@ def format_map(release: str, git_version: str, rows: Mapping[str, tuple]) -> str
 
 def parse_map(text: str) -> OpinfoMap:
     """opinfo_map.txt text -> OpinfoMap (ValueError on a bad line)."""
-    release = git = ""
+    release, git, lines = header_and_rows(text)
     rows: dict[str, Mapped] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line or line.startswith("#"):
-            continue
-        fields = line.split(" ")
-        if fields[0] == "torch":
-            release, git = fields[1], fields[2]
-            continue
+    for number, line, fields in lines:
         if len(fields) < 5 or fields[3] not in METHODS or not fields[2].isdigit() or fields[0] in rows:
             raise ValueError(f"opinfo_map.txt line {number}: {line!r}")
         tested = frozenset(fields[4].split(",")) - {"-"}
@@ -96,7 +92,4 @@ def parse_map(text: str) -> OpinfoMap:
 @functools.lru_cache(maxsize=2)
 def load_opinfo_map(path: str = MAP_PATH) -> OpinfoMap | None:
     """The shipped map (None when the file is absent)."""
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as fh:
-        return parse_map(fh.read())
+    return read_shipped(path, parse_map)
