@@ -28,7 +28,9 @@ import sys
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from table_output import write_or_check  # noqa: E402
 from opscan.knowledge.composites import COMPOSITES_PATH, format_composites  # noqa: E402
 from opscan.opkey import OpKey  # noqa: E402
 
@@ -301,15 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", default=COMPOSITES_PATH)
     args = p.parse_args(argv)
     text = build()
-    if args.check:
-        with open(args.output, encoding="utf-8") as fh:
-            same = fh.read() == text
-        print(f"build_composites: {args.output} {'matches' if same else 'differs'}")
-        return 0 if same else 1
-    with open(args.output, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    print(f"build_composites: wrote {args.output} ({len(text.splitlines())} lines)")
-    return 0
+    return write_or_check("build_composites", args.output, text, args.check)
 
 
 if __name__ == "__main__":

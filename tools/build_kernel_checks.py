@@ -47,10 +47,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from macho_checks import callers, find_sites, function_name, load  # noqa: E402
+from table_output import write_or_check  # noqa: E402
 
 from opscan.knowledge.build import YAML  # noqa: E402
 from opscan.knowledge.entry import load_store  # noqa: E402
-from opscan.knowledge.kernel_checks import CHECKS_PATH, format_checks, kind_of  # noqa: E402
+from opscan.knowledge.kernel_checks import CHECKS_PATH, format_checks  # noqa: E402
 from opscan.knowledge.sources import git_version  # noqa: E402
 
 DYLIB = "torch/lib/libtorch_cpu.dylib"
@@ -153,15 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.wheel_dir, exist_ok=True)
     text = build(os.path.abspath(args.wheel_dir), args.python_version,
                  log=lambda msg: print(msg, file=sys.stderr))
-    if args.check:
-        with open(args.output, encoding="utf-8") as fh:
-            same = fh.read() == text
-        print(f"build_kernel_checks: {args.output} {'matches' if same else 'differs'}")
-        return 0 if same else 1
-    with open(args.output, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    print(f"build_kernel_checks: wrote {args.output} ({len(text.splitlines())} lines)")
-    return 0
+    return write_or_check("build_kernel_checks", args.output, text, args.check)
 
 
 if __name__ == "__main__":
