@@ -17,7 +17,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from opscan.cli.files import output_error, prepare_folder, remove_created, write_whole
+from opscan.cli.files import is_open, output_error, prepare_folder, remove_created, write_whole
 from opscan.errors import ExitCode, OpscanError, OutputError
 from opscan.target.run import RunContext
 
@@ -88,7 +88,7 @@ def artefact_stdout(ctx: RunContext):
     _flush(real)
     saved = _dup(1) if real is not None else None
     stream = _artefact_stream(real, saved)
-    if _open(2):
+    if is_open(2):
         os.dup2(2, 1)
     sys.stdout = sys.stderr
     ctx.artefact.append(stream)
@@ -262,10 +262,3 @@ def _dup(fd: int) -> int | None:
     except OSError:
         return None
 
-
-def _open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-    except OSError:
-        return False
-    return True

@@ -1,6 +1,6 @@
 """CLI layer: the files opscan writes — whole or not at all — and the output folders it may write them into.
 
-Every function takes the run's context (opscan/target/run.py RunContext): the folders it created are the run's.
+What makes folders or writes takes the run's context (opscan/target/run.py RunContext): the folders made are the run's.
 
 - `write_whole(ctx, files)`: every file is written to a temporary name beside it (`.NAME.PID.tmp`), flushed and
   fsynced, then all of them are renamed into place. A failure (a full disk, a file-size limit, a read-only
@@ -83,6 +83,15 @@ def _write_temporary(ctx: RunContext, path: Path, content: str | bytes, executab
     finally:
         os.close(fd)
     return temporary
+
+
+def is_open(fd: int) -> bool:
+    """Whether file descriptor `fd` is open (a closed stdout or stderr is not)."""
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 def _unlink(path: Path) -> None:
