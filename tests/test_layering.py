@@ -111,7 +111,8 @@ def test_the_top_level_holds_only_the_spine():
 
 
 TORCH_FREE = ["opscan.report", "opscan.mps_view", "opscan.opkey", "opscan.verdict", "opscan.errors",
-              "opscan.markers", "opscan.units", "opscan.target.inputs", "opscan.cli", "opscan.cli.common",
+              "opscan.markers", "opscan.units", "opscan.target.inputs", "opscan.target.run", "opscan.cli",
+              "opscan.cli.common", "opscan.cli.command",
               *(m for m in MODULES if m.startswith(("opscan.render", "opscan.knowledge")))]
 
 
