@@ -36,7 +36,8 @@ def trace_7b(size: str, layers: int | None):
     from opscan.mps_view import mps_view
     from opscan.predict.calls import predict_call
     from opscan.report import make_row
-    from opscan.scan import ScanOptions, collect_rows, run_trace
+    from opscan.report.assemble import collect_rows
+    from opscan.scan import ScanOptions, run_trace
     from opscan.target.load import load_target
 
     args = {"size": size, **({"layers": layers} if layers else {})}
@@ -67,7 +68,7 @@ def main() -> None:
 
     from opscan.render.graphml import render_graphml, render_module_graphml
     from opscan.render.html import render_html
-    from opscan.scan import graph_stage
+    from opscan.report.assemble import graph_stage
     from tests.helpers_report import report
 
     parts, graph_s = _timed("graph stage", graph_stage, trace, view, verdicts, rows)

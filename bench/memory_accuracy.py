@@ -153,7 +153,7 @@ def estimate(name: str, batch: int) -> int:
 
     options = ScanOptions(SPEC, args={"name": name, "batch": batch}, fake=True)
     prepared = prepare(options)
-    section = memory_stage(prepared.target, prepared.trace, prepared.view, prepared.kb, options, prepared.trackers)
+    section = memory_stage(prepared, options)
     return int(section["peak_bytes"])
 
 

@@ -8,7 +8,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from opscan.render.gate import failures, load_baseline
+from opscan.cli.read import load_baseline
+from opscan.render.gate import failures
 from opscan.cli import main
 from opscan.errors import UsageError
 from opscan.render import render_json

@@ -273,6 +273,26 @@ def test_python_m_opscan_version():
     assert done.stdout.strip() == f"opscan {opscan.__version__}"
 
 
+def test_internal_error_exits_3(tmp_path):
+    """A bug in opscan (here one planted in the coverage table's builder by a sitecustomize the child process
+    imports too) ends the real command line (`python -m opscan`: supervisor and child) with exit 3, the
+    traceback and the "please report" line on stderr, and nothing on stdout."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import opscan.predict.coverage as c\n"
+        "def _bug(*args, **kwargs):\n"
+        "    raise ZeroDivisionError('planted bug')\n"
+        "c.coverage = _bug\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(OPSCAN_PKG).parent)])}
+    done = subprocess.run([sys.executable, "-m", "opscan", "coverage", "--torch-version", "2.5.0", "--no-since"],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and "ZeroDivisionError: planted bug" in lines
+    assert lines[-1] == ("opscan: internal error — this is a bug in opscan; please report it with the traceback "
+                         "above")
+
+
 def test_inference_scans_the_forward_only(capsys, tmp_path):
     code, out, _ = run(capsys, TINY, "--inference", "-f", "json", "-o", str(tmp_path))
     assert code == 0

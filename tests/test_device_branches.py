@@ -146,7 +146,7 @@ def test_the_steered_branch_reaches_the_report_with_its_source():
     trace = run_trace(target, ScanOptions("clip"), load_knowledge())
     steered = {g.rule: g for g in trace.groups if g.mode == "steer"}
     assert "_foreach_utils.py" in steered["mps-no-foreach-clip"].source
-    from opscan.scan import view_summary
+    from opscan.report.assemble import view_summary
 
     rules = {row["rule"]: row for row in view_summary(trace, mps_view(trace))}
     assert rules["mps-no-foreach-clip"]["source"] == steered["mps-no-foreach-clip"].source

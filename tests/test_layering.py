@@ -8,6 +8,9 @@
 4. The top level of opscan/ holds at most ten modules: the pipeline's spine; everything else sits in its stage.
 5. report, render/*, the MPS view, the knowledge base, opkey, verdict, errors, target/inputs.py and the CLI's
    dispatcher never import torch at module level (so `opscan --help` and the renderers stay light).
+6. No module-level mutable run state: no module-level name is written after import (mutated, item-assigned,
+   rebound through `global`) from any module, outside a short list of a process's own caches and registrations
+   (PROCESS_STATE, each with its reason); a run's state is its RunContext's (opscan/target/run.py).
 """
 
 from __future__ import annotations
@@ -108,7 +111,8 @@ def test_the_top_level_holds_only_the_spine():
 
 
 TORCH_FREE = ["opscan.report", "opscan.mps_view", "opscan.opkey", "opscan.verdict", "opscan.errors",
-              "opscan.markers", "opscan.units", "opscan.target.inputs", "opscan.cli", "opscan.cli.common",
+              "opscan.markers", "opscan.units", "opscan.target.inputs", "opscan.target.run", "opscan.cli",
+              "opscan.cli.common", "opscan.cli.command",
               *(m for m in MODULES if m.startswith(("opscan.render", "opscan.knowledge")))]
 
 
@@ -125,3 +129,87 @@ def test_the_resolver_sees_lazy_and_relative_imports():
     assert imports_in(source, "opscan.graph") >= {"os", "opscan.graph.lanes", "opscan.report"}
     assert imports_in(source, "opscan.graph", top_level_only=True) == {"os"}
     assert STAGES.index(stage_of("opscan.report")) > STAGES.index(stage_of("opscan.graph.lanes"))
+
+
+# --- 6. no module-level mutable run state: a run's state is its RunContext's (opscan/target/run.py) ---------------
+
+MUTATORS = {"append", "extend", "insert", "pop", "popleft", "popitem", "remove", "clear", "update", "setdefault",
+            "add", "discard", "appendleft", "sort", "reverse"}
+# module-level containers written after import that are not a run's state, each with its reason
+PROCESS_STATE = {
+    "opscan.memory.tracker._MUTABLE": "cache keyed by the operator (immutable): whether its schema mutates",
+    "opscan.trace.call_cache._cacheable_ops": "cache keyed by the operator: whether FakeTensorMode caches it",
+    "opscan.trace.recorder._FACTS": "cache keyed by the operator: its OpKey",
+    "opscan.trace.tensors._DTYPES": "cache keyed by torch.dtype: its name and element size",
+    "opscan.trace.tensors._DEVICE_NAMES": "cache keyed by torch.device: its name",
+    "opscan.trace.collector._depth": "nesting of gc.freeze blocks: mirrors the collector's own process-wide state",
+    "opscan.trace.hooks._ACTIVE": "the lenses entered: torch's dispatcher registration is process-wide, one per process",
+    "opscan.trace.hooks._LIBRARY": "the torch.library.Library registered while a lens is active (process-wide)",
+}
+
+
+def module_level_names(tree: ast.Module) -> set[str]:
+    """Names a module binds at its top level by assignment."""
+    names: set[str] = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AnnAssign, ast.AugAssign)) else []
+        names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def owners_of_names(module: str, tree: ast.Module) -> dict[str, str]:
+    """name -> 'module.name' for the module's own top-level names and the names it imports from opscan modules."""
+    owners = {name: f"{module}.{name}" for name in module_level_names(tree)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("opscan") and not node.level:
+            owners.update({(a.asname or a.name): f"{node.module}.{a.name}" for a in node.names})
+    return owners
+
+
+def written_names(tree: ast.Module, owners: dict[str, str]) -> set[str]:
+    """The owners of module-level names written after import: mutating calls, item or slice assignment,
+    augmented assignment, deletion of items, and `global` statements."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            found.update(owners.get(name, name) for name in node.names)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                isinstance(node.func.value, ast.Name) and node.func.attr in MUTATORS:
+            found.add(owners.get(node.func.value.id, ""))
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            targets = node.targets if not isinstance(node, ast.AugAssign) else [node.target]
+            found.update(owners.get(t.value.id, "") for t in targets
+                         if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name))
+    return found - {""}
+
+
+def module_state(modules: dict[str, Path]) -> dict[str, str]:
+    """'module.name' -> the module that writes it, for every module-level name of `modules` written after import
+    (in a function or class body: top-level statements fill registries at import time)."""
+    trees = {module: ast.parse(path.read_text(encoding="utf-8")) for module, path in modules.items()}
+    top = {f"{module}.{name}" for module, tree in trees.items() for name in module_level_names(tree)}
+    state: dict[str, str] = {}
+    for module, tree in trees.items():
+        after_import = ast.Module(body=[n for n in tree.body if isinstance(
+            n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))], type_ignores=[])
+        for owner in written_names(after_import, owners_of_names(module, tree)) & top:
+            state.setdefault(owner, module)
+    return state
+
+
+def test_no_module_level_mutable_run_state():
+    """A run's state (its stages of user code, the folders it made, the real stdout, ...) is passed down in the one
+    RunContext; what a module may keep after import is only a process's own (PROCESS_STATE, each with its reason)."""
+    found = module_state(MODULES)
+    assert sorted(set(found) - set(PROCESS_STATE)) == [], found
+    assert sorted(set(PROCESS_STATE) - set(found)) == [], "allowed exceptions that no longer exist: drop them"
+
+
+def test_the_state_check_sees_writes_from_other_modules_and_globals():
+    # a guard for the guard: a list filled from another module, a global rebound, a dict item set
+    tree = ast.parse("from opscan.cli.files import CREATED\nX = {}\nN = 0\n\ndef f():\n    global N\n"
+                     "    N += 1\n    CREATED.append(1)\n    X['a'] = 1\n")
+    owners = owners_of_names("opscan.fake", tree)
+    assert written_names(tree, owners) == {"opscan.cli.files.CREATED", "opscan.fake.X",
+                                                            "opscan.fake.N"}

@@ -180,7 +180,7 @@ def test_no_environment_variable_or_flag_can_select_a_test_double(monkeypatch):
     makes a DeviceDouble (backends.from_dict rebuilds the one a parent sent)."""
     from pathlib import Path
 
-    from opscan.cli.scan import _probe, build_parser
+    from opscan.cli.scan_flags import build_parser, probe_options
     from opscan.probe import backends
     from opscan.probe.stage import ProbeEnvironmentError, check_device
 
@@ -189,7 +189,7 @@ def test_no_environment_variable_or_flag_can_select_a_test_double(monkeypatch):
     if not torch.backends.mps.is_available():
         with pytest.raises(ProbeEnvironmentError, match="MPS is not available here"):
             check_device("mps")
-    options, _ = _probe(build_parser().parse_args(["t.py:f", "--device", "cpu"]))
+    options, _ = probe_options(build_parser().parse_args(["t.py:f", "--device", "cpu"]))
     assert options.double is None
     root = Path(simulated_mps.__file__).resolve().parents[2] / "opscan"
     makers = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "DeviceDouble(" in p.read_text())

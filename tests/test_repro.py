@@ -220,15 +220,16 @@ def simulated_adaptive(monkeypatch):
 def minimized(report_path: Path, op_text: str, double, out: Path) -> tuple:
     """What `opscan repro REPORT OP --minimize -o OUT` does, through the Python API with a test double: (the
     Minimized result, the files written)."""
-    from opscan.cli.common import write_files
+    from opscan.cli.files import write_under
     from opscan.cli.repro import select
     from opscan.repro import render_op
     from opscan.repro.minimize import minimize_findings
+    from opscan.target.run import RunContext
 
     report = json.loads(report_path.read_text())
     op, findings = select(report, op_text, [])
     done = minimize_findings(findings, "mps", 60.0, double=double)
-    return done, write_files(render_op(report, op, done.findings, "mps"), out)
+    return done, write_under(RunContext(), out, render_op(report, op, done.findings, "mps"))
 
 
 def test_minimize_finds_the_adaptive_pool_divisibility_boundary(predicted, simulated_adaptive, tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from opscan.cli.scan import _probe, build_parser
+from opscan.cli.scan_flags import build_parser, probe_options
 from opscan.target.inputs import parse_arg
 from opscan.probe.protocol import ProbeCall, TensorSpec
 from opscan.probe.stage import ProbeOptions
@@ -142,7 +142,7 @@ def test_the_recorded_command_parses_back_to_the_same_scan(options):
     argv = shlex.split(command)
     assert argv[0] == "opscan" and argv[-1] == "--repro"
     args = build_parser().parse_args(argv[1:])
-    probe, _ = _probe(args)
+    probe, _ = probe_options(args)
     again = ScanOptions(args.target, tuple(args.input), dict(parse_arg(a) for a in args.arg),
                         inference=args.inference, dtype=args.dtype, fx=not args.no_fx, fake=args.fake,
                         auto_fake=not args.no_fake, torch_version=args.torch_version, macos=args.macos,

@@ -113,13 +113,16 @@ def check_device(name: str, flag: str) -> None:
                                 f"that has it (mps: a Mac; cuda: a GPU machine), or pass {flag} cpu")
 
 
-def accept(options: AcceptOptions, default_report: Callable[[str], str] | None = None) -> AcceptResult:
+def accept(options: AcceptOptions, default_report: Callable[[str], str] | None = None, ctx=None) -> AcceptResult:
     """Run the acceptance (see the module docstring).
 
     default_report: the model name -> the scan's report.json read when --report is not given (the CLI
-    passes reports/<safe name>/report.json, the scan's folder); None: only --report."""
-    from opscan.target.user_code import running
+    passes reports/<safe name>/report.json, the scan's folder); None: only --report. ctx: the run's
+    RunContext (target/run.py; a fresh one when None)."""
+    from opscan.target.run import RunContext
     from opscan.trace.guard import user_step
+
+    ctx = ctx or RunContext()
 
     check_device(options.device, "--device")
     check_device(options.reference, "--reference")
@@ -127,10 +130,10 @@ def accept(options: AcceptOptions, default_report: Callable[[str], str] | None =
         _predicted(options.report, required=True)  # a --report that is not a scan's report fails before the run
     spec = options.spec
     with numerics(options.allow_tf32):
-        target, fresh = _load(options), _load(options).model
-        with running(f"the acceptance run on {options.device}"):
+        target, fresh = _load(options, ctx), _load(options, ctx).model
+        with ctx.running(f"the acceptance run on {options.device}"):
             target_run, blob = _target_run(options, target, fresh)
-        with user_step(options.target, f"the reference run on {options.reference}"):
+        with user_step(options.target, f"the reference run on {options.reference}", ctx):
             reference_run = _reference_run(options, target, fresh, blob)
     comparisons = compare_runs(target_run, reference_run, spec, stopped=bool(target_run.failure))
     step_bytes = _step_bytes(target, target_run)
@@ -151,13 +154,13 @@ def _round_trip(options: AcceptOptions, target, target_run: DeviceRun, reference
     return ckpt.compare_round_trip(original, reloaded, options.dtype, options.spec, persistent)
 
 
-def _load(options: AcceptOptions):
+def _load(options: AcceptOptions, ctx):
     """The target with real tensors, built on the CPU after seeding."""
     from opscan.target.inputs import parse_input
     from opscan.target.load import load_target
 
     torch.manual_seed(options.spec.seed)
-    return load_target(options.target, options.args, [parse_input(t) for t in options.inputs])
+    return load_target(options.target, options.args, [parse_input(t) for t in options.inputs], ctx=ctx)
 
 
 def _target_run(options: AcceptOptions, target, fresh) -> tuple[DeviceRun, bytes]:

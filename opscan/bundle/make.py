@@ -36,7 +36,7 @@ class BundleSpec:
 
     target: str
     model_name: str
-    scan: dict  # ScanOptions.to_data(): what merge scans again
+    scan: dict  # bundle/options.py options_to_data(): what merge scans again
     plan: object  # opscan.probe.calls.Plan
     workers: int | None  # None: min(4, cores) of the Mac
     timeout: float

@@ -84,10 +84,12 @@ class ReplaySession(Session):
                           "the Mac and copy results/results.jsonl again")
 
 
-def merged_report(bundle: Bundle, results: Results, target: str | None = None):
-    """The measured Report of the bundle's target, its outcomes taken from `results` (validated)."""
+def merged_report(bundle: Bundle, results: Results, target: str | None = None, ctx=None):
+    """The measured Report of the bundle's target, its outcomes taken from `results` (validated); `ctx`: the
+    run's RunContext (target/run.py)."""
+    from opscan.bundle.options import options_from_data
     from opscan.probe.stage import ProbeOptions
-    from opscan.scan import ScanOptions, scan
+    from opscan.scan import scan
 
     manifest, header = bundle.manifest, results.header
     probe = ProbeOptions(device=manifest["device"], max_elements=manifest["max_elements"],
@@ -95,7 +97,7 @@ def merged_report(bundle: Bundle, results: Results, target: str | None = None):
                          on_pass=header["on_pass"])
     session = ReplaySession(results, manifest["fingerprint"], "results.jsonl")
     overrides = {"target": target} if target else {}
-    return scan(ScanOptions.from_data(manifest["scan"], probe=probe, **overrides), session)
+    return scan(options_from_data(manifest["scan"], probe=probe, **overrides), session, ctx=ctx)
 
 
 def differences(report) -> list[str]:

@@ -13,15 +13,15 @@ import io
 import json
 import logging
 import math
-import os
 import sys
 from pathlib import Path
 
-from opscan.cli.common import check_writable, emit, quiet_torch_logs, run_guarded, safe_name
-from opscan.cli.files import check_owner, write_files
+from opscan.cli.command import Command, check_output_dir, from_start, output_folder
+from opscan.cli.common import check_writable, emit, quiet_torch_logs, safe_name
+from opscan.cli.files import write_whole
 from opscan.cli.options import DEFAULT_STEP_TIMEOUT, Parser, count, env_flag, seconds, seed
-from opscan.cli.scan import from_start, output_folder, prepare_args
 from opscan.errors import UsageError
+from opscan.target.run import RunContext
 
 log = logging.getLogger("opscan")
 
@@ -73,23 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str]) -> int:
-    """Run `opscan accept`; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_or_code(argv)
-    if isinstance(args, int):
-        return args
+def _run(args: argparse.Namespace, ctx: RunContext) -> int:
     captured = _configure_logging(args.quiet)
-    return run_guarded(lambda: _run(prepare_args(parser, args), captured), args.verbose)
-
-
-def _run(args: argparse.Namespace, captured: io.StringIO) -> int:
     options = _options(args)
-    if args.output_dir:
-        check_owner(Path(args.output_dir), args.identity)
-        check_writable(Path(args.output_dir))
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    quiet_torch_logs(args.verbose)
+    check_output_dir(ctx, args)
+    quiet_torch_logs(ctx, args.verbose)
     from opscan.accept.engine import accept, check_device
 
     check_device(options.device, "--device")  # before the first log line: a device we can't use is one line
@@ -98,17 +86,17 @@ def _run(args: argparse.Namespace, captured: io.StringIO) -> int:
     log.info("accept %s: %d iterations on %s (%s) and on %s (float32) …", options.target,
              options.spec.iterations, options.device, options.dtype, options.reference)
     result = accept(options, default_report=lambda name: str(from_start(args, Path("reports") / safe_name(name) /
-                                                                         "report.json")))
-    out_dir = output_folder(args, result.model_name) / "accept" if not args.output_dir else \
+                                                                         "report.json")), ctx=ctx)
+    out_dir = output_folder(ctx, args, result.model_name) / "accept" if not args.output_dir else \
         from_start(args, Path(args.output_dir))
-    check_writable(out_dir)
+    check_writable(ctx, out_dir)
     if result.target_failure:
         log.warning("target run stopped: %s", result.target_failure)
     log.info("first divergence: %s", result.first_divergence.line() if result.first_divergence else "none")
     log.info("lane (measured on %s): %s; exit %d", options.device, result.lane.name, result.exit_code)
     log.info("wrote the acceptance package to %s", out_dir)
-    _write_package(result, out_dir, captured.getvalue(), args.cwd)
-    emit(_render(result, args.format))
+    _write_package(ctx, result, out_dir, captured.getvalue(), args.cwd)
+    emit(ctx, _render(result, args.format))
     return result.exit_code
 
 
@@ -156,12 +144,12 @@ def _render(result, fmt: str) -> str:
     return console(result)
 
 
-def _write_package(result, out_dir: Path, log_text: str, cwd: str) -> None:
+def _write_package(ctx: RunContext, result, out_dir: Path, log_text: str, cwd: str) -> None:
     from opscan.accept.package import build_package
     from opscan.accept.provenance import environment
 
     files = build_package(result, environment(result.options), log_text, cwd)
-    write_files({out_dir / relative: content for relative, content in files.items()}, (out_dir / "rerun.sh",))
+    write_whole(ctx, {out_dir / relative: content for relative, content in files.items()}, (out_dir / "rerun.sh",))
 
 
 def _configure_logging(quiet: int) -> io.StringIO:
@@ -178,3 +166,5 @@ def _configure_logging(quiet: int) -> io.StringIO:
     logging.captureWarnings(False)
     return captured
 
+
+main = Command(build_parser, _run, logs=False).main  # `opscan accept`: main(argv, ctx=None) -> the exit code

@@ -2,22 +2,23 @@
 
 Traces the step, plans its probes for the device (the cap of measured mode) and writes DIR/ and DIR.zip
 (opscan/bundle/make.py); stdout gets the two paths. The manifest keeps the scan options as data
-(ScanOptions.to_data) for `opscan merge`. Exit codes as the scan's.
+(opscan/bundle/options.py) for `opscan merge`. Exit codes as the scan's.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 from pathlib import Path
 
-from opscan.cli.common import configure_logging, emit, quiet_torch_logs, run_guarded, safe_name
-from opscan.cli.files import prepare_folder, write_files
+from opscan.cli.command import Command, from_start
+from opscan.cli.common import emit, quiet_torch_logs, safe_name
+from opscan.cli.files import prepare_folder, write_whole
 from opscan.cli.options import seconds
-from opscan.cli.scan import build_parser as scan_parser
-from opscan.cli.scan import from_start, prepare_args, scan_options
+from opscan.cli.scan_flags import build_parser as scan_parser
+from opscan.cli.scan_flags import scan_options
 from opscan.errors import ExitCode, UsageError
+from opscan.target.run import RunContext
 
 log = logging.getLogger("opscan")
 OUTPUT_FLAGS = ("-o", "--output-dir")
@@ -35,32 +36,18 @@ def bundle_parser() -> argparse.ArgumentParser:
     return p
 
 
-def guarded(run, args, parser: argparse.ArgumentParser, then=None) -> int:
-    """Configure logging from -v/-q and run `run(args)` under the exit-code guard (bundle and merge), after the
-    environment's flags, absolute paths and the step limit (prepare_args), and `then(args)`."""
-    verbose = getattr(args, "verbose", 0)
-    configure_logging(verbose - getattr(args, "quiet", 0))
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-    def body() -> int:
-        prepare_args(parser, args)
-        if then is not None:
-            then(args)
-        quiet_torch_logs(verbose)
-        return run(args)
-
-    return run_guarded(body, verbose)
-
-
-def main(argv: list[str]) -> int:
+def main(argv: list[str], ctx: RunContext | None = None) -> int:
     """`opscan bundle`; returns the exit code."""
-    parser = bundle_parser()
-    args = parser.parse_or_code(argv)
-    if isinstance(args, int):
-        return args
     given = len(scan_argv(argv)) != len(argv)  # no -o: bundles/<model>, not the scan's OPSCAN_OUTPUT_DIR default
-    args.repro = True  # merged reports carry repro files
-    return guarded(_bundle, args, parser, then=lambda a: None if given else setattr(a, "output_dir", None))
+
+    def body(args, ctx: RunContext) -> int:
+        if not given:
+            args.output_dir = None
+        args.repro = True  # merged reports carry repro files
+        quiet_torch_logs(ctx, args.verbose)
+        return _bundle(args, ctx)
+
+    return Command(bundle_parser, body).main(argv, ctx)
 
 
 def scan_argv(argv: list[str]) -> list[str]:
@@ -76,9 +63,10 @@ def scan_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def _bundle(args) -> int:
+def _bundle(args, ctx: RunContext) -> int:
     from opscan.bundle.make import BundleSpec, bundle_files, zip_bytes
     from opscan.bundle.merge import repro_files
+    from opscan.bundle.options import options_to_data
     from opscan.probe.calls import plan
     from opscan.probe.stage import ProbeOptions
     from opscan.scan import prepare, scan
@@ -90,7 +78,7 @@ def _bundle(args) -> int:
     options = scan_options(args, None)
     if args.output_dir:
         check_new(Path(args.output_dir))  # before tracing
-    prepared = prepare(options)
+    prepared = prepare(options, ctx)
     name = prepared.target.name
     folder = from_start(args, Path(args.output_dir or Path("bundles") / safe_name(name)))
     check_new(folder)
@@ -98,18 +86,18 @@ def _bundle(args) -> int:
     probe_plan = plan(prepared.trace, prepared.view, device, max_elements)
     timeout = ProbeOptions(timeout=args.probe_timeout).timeout
     # the predicted findings' scripts, from the same trace
-    repro, repro_probes = repro_files(scan(options, prepared=prepared), device)
-    spec = BundleSpec(args.target, name, options.to_data(), probe_plan, args.workers, timeout,
+    repro, repro_probes = repro_files(scan(options, prepared=prepared, ctx=ctx), device)
+    spec = BundleSpec(args.target, name, options_to_data(options), probe_plan, args.workers, timeout,
                       repro=repro, repro_probes=repro_probes, repro_timeout=args.repro_timeout)
     files = bundle_files(spec, folder.name)
     archive = folder.with_name(folder.name + ".zip")
-    prepare_folder(folder)
-    write_files({**{folder / rel: data for rel, data in files.items()}, archive: zip_bytes(files, folder.name)},
+    prepare_folder(ctx, folder)
+    write_whole(ctx, {**{folder / rel: data for rel, data in files.items()}, archive: zip_bytes(files, folder.name)},
                 executable=(folder / "run.sh",))
     log.warning("wrote the bundle %s (%d probes on %s, %d repro files) and %s — on the Mac: ./run.sh, then "
                 "`opscan merge results.jsonl --bundle %s`", folder, len(probe_plan.probes), device,
                 len(repro or {}), archive, folder)
-    emit(f"{folder}\n{archive}\n")
+    emit(ctx, f"{folder}\n{archive}\n")
     return ExitCode.OK
 
 

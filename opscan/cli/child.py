@@ -49,19 +49,19 @@ def main() -> None:
     dump_file = os.fdopen(dump, "w")
     faulthandler.enable(file=dump_file, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=dump_file, all_threads=True, chain=False)
-    _report_os_exit(channel)
+    from opscan.target.run import RunContext
+
+    ctx = RunContext(on_stage=lambda stage: channel.send(stage=stage), on_folder=lambda p: channel.send(dir=p),
+                     on_config=lambda **c: channel.send(config=c))
+    _report_os_exit(channel, ctx)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the supervisor forwards interrupts on purpose, even
     # when opscan itself was started with SIGINT ignored (a background job of a script)
     if stdout_closed:
         sys.stdout = None  # the artefact has nowhere to go: emit() says so (exit 2)
     from opscan.cli.dispatch import run
-    from opscan.cli.files import SUPERVISOR
-    from opscan.target.user_code import listen
 
-    listen(lambda stage: channel.send(stage=stage))
-    SUPERVISOR.update(config=lambda **c: channel.send(config=c), created=lambda p: channel.send(dir=p))
     try:
-        code = int(run(sys.argv[1:]))
+        code = int(run(sys.argv[1:], ctx))
     except BaseException:  # noqa: BLE001 - run_guarded maps everything; this is the last resort
         import traceback
 
@@ -95,13 +95,14 @@ def _watch_lifeline(fd: int) -> None:
     threading.Thread(target=watch, name="opscan-lifeline", daemon=True).start()
 
 
-def _report_os_exit(channel: Channel) -> None:
-    """os._exit called by the target is reported, with its caller's line, before the process ends."""
+def _report_os_exit(channel: Channel, ctx) -> None:
+    """os._exit called by the target is reported, with its caller's line and the run's stage, before the process
+    ends."""
     def _exit(code: int) -> None:
         from opscan.target import user_code
 
         where = user_code.user_frame(user_code.frames_of(sys._getframe(1)))
-        channel.send(os_exit=code, where=where, stage=user_code.current())
+        channel.send(os_exit=code, where=where, stage=ctx.current())
         _REAL_EXIT(code)
 
     os._exit = _exit

@@ -3,7 +3,8 @@
 Only the CLI layer writes files and prints the artefact; nothing outside opscan/cli imports it. While a
 command runs, stdout is redirected to stderr (Python's sys.stdout and file descriptor 1 both), so whatever
 the target prints — at import, in its factory, in forward, from a C extension or a thread — cannot corrupt
-`-f json`; `emit()` alone writes the artefact, to the real stdout.
+`-f json`; `emit()` alone writes the artefact, to the real stdout. What a run keeps meanwhile (the real stdout,
+the loggers to restore, the folders it made) is its RunContext's (opscan/target/run.py), passed as `ctx`.
 """
 
 from __future__ import annotations
@@ -16,48 +17,41 @@ import sys
 import traceback
 from pathlib import Path
 
-from opscan.cli.files import SUPERVISOR, output_error, prepare_folder, remove_created
-from opscan.cli.files import write_files as write_whole
+from opscan.cli.files import is_open, output_error, prepare_folder, remove_created, write_whole
 from opscan.errors import ExitCode, OpscanError, OutputError
+from opscan.target.run import RunContext
 
 log = logging.getLogger("opscan")
 VERDICT_NAMES = ("native", "unknown", "cpu_fallback", "unsupported", "unsupported_dtype", "mismatch",
                  "error", "crash", "timeout")
 FORMAT_NAMES = ("table", "json", "yaml", "html", "junit")
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
-_RESTORE: list = []  # (logger, level) quiet_torch_logs changed
-_ARTEFACT: list = []  # the real stdout while the command's own stdout goes to stderr (None: stdout is closed)
 
 
-def run_guarded(body, verbose: int = 0) -> int:
+def run_guarded(ctx: RunContext, body, verbose: int = 0) -> int:
     """Run one command's body and map what it raises to the documented exit codes: a user's error is one
     line and exit 2 (with `-v`, the user's own traceback), sys.exit() from the target's code and an interrupt
     exit 2, a full disk exit 2, anything else is our bug (traceback, exit 3). Every subcommand's `main` goes
     through here."""
     try:
-        with artefact_stdout():
-            return _mapped(body, verbose)
+        with artefact_stdout(ctx):
+            return _mapped(ctx, body, verbose)
     finally:
-        remove_created()  # folders made for a run that wrote nothing into them
-        while _RESTORE:  # torch's log level, for a caller that runs more in this process
-            logger, level = _RESTORE.pop()
+        remove_created(ctx)  # folders made for a run that wrote nothing into them
+        while ctx.restore:  # torch's log level, for a caller that runs more in this process
+            logger, level = ctx.restore.pop()
             logger.setLevel(level)
 
 
-def tell_supervisor(step_timeout: float | None, verbose: int) -> None:
-    """The limit for each stage of the target's code, and -v, for the supervisor (when there is one)."""
-    SUPERVISOR.get("config", lambda **_c: None)(limit=step_timeout, verbose=verbose)
-
-
-def _mapped(body, verbose: int) -> int:
+def _mapped(ctx: RunContext, body, verbose: int) -> int:
     try:
         return body()
     except OpscanError as exc:
         return _user_error(str(exc), exc.user_traceback if verbose else None)
     except SystemExit as exc:  # opscan never calls sys.exit: the target's code did, outside a stage
-        from opscan.target.user_code import current, exit_error
+        from opscan.target.user_code import exit_error
 
-        error = exit_error(exc, current())
+        error = exit_error(exc, ctx.current())
         return _user_error(str(error), error.user_traceback if verbose else None)
     except KeyboardInterrupt as exc:
         stage = exc.__dict__.get("opscan_stage")
@@ -88,22 +82,22 @@ def _bug() -> int:
 
 
 @contextlib.contextmanager
-def artefact_stdout():
+def artefact_stdout(ctx: RunContext):
     """stdout (sys.stdout and descriptor 1) goes to stderr inside; emit() writes to the real one."""
     real = sys.stdout
     _flush(real)
     saved = _dup(1) if real is not None else None
     stream = _artefact_stream(real, saved)
-    if _open(2):
+    if is_open(2):
         os.dup2(2, 1)
     sys.stdout = sys.stderr
-    _ARTEFACT.append(stream)
+    ctx.artefact.append(stream)
     try:
         yield stream
     finally:
-        _ARTEFACT.pop()
+        ctx.artefact.pop()
         _flush(sys.stdout, stream)
-        if not SUPERVISOR:  # supervised, the child ends now: the target's threads keep only stderr to print to
+        if not ctx.supervised:  # supervised, the child ends now: the target's threads keep only stderr to print to
             _restore(real, saved, stream)
 
 
@@ -132,15 +126,15 @@ def _artefact_stream(real, saved: int | None):
                      errors=getattr(real, "errors", None) or "strict")
 
 
-def artefact():
+def artefact(ctx: RunContext):
     """The stream the artefact is written to (the real stdout), or None when stdout is closed."""
-    return _ARTEFACT[-1] if _ARTEFACT else sys.stdout
+    return ctx.artefact[-1] if ctx.artefact else sys.stdout
 
 
-def emit(text: str) -> None:
+def emit(ctx: RunContext, text: str) -> None:
     """Print the artefact; a reader that stops early (`opscan ... | head`) is not an error, a full or closed
     stdout is (exit 2)."""
-    stream = artefact()
+    stream = artefact(ctx)
     if stream is None:
         raise OutputError("stdout is closed, so the output has nowhere to go — run opscan with stdout open "
                           "(e.g. > FILE)")
@@ -161,19 +155,20 @@ def _silence(stream) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
-def render(report, args, baseline=None) -> str:
+def render(ctx: RunContext, report, args, baseline=None) -> str:
     from opscan.render import FORMATS
 
     if args.format == "junit":
         return FORMATS["junit"](report, fail_on=args.fail_on, baseline=baseline)
     if args.format == "table":
-        out = artefact()
+        out = artefact(ctx)
         return FORMATS["table"](report, verbose=args.verbose > 0, tree=args.tree,
                                 width=_width(out), color=_isatty(out))
     return FORMATS[args.format](report)
 
 
-def write_reports(report, out_dir: Path, real_outputs: dict | None = None, device: str = "mps") -> None:
+def write_reports(ctx: RunContext, report, out_dir: Path, real_outputs: dict | None = None,
+                  device: str = "mps") -> None:
     """report.json/yaml/html, the GraphML files and repro/ (scripts for `device`; each ISSUE.md shows the real
     outputs, keyed by probe id, when given: `opscan merge`) — all written whole, or none."""
     from opscan.render import render_html, render_json, render_yaml
@@ -190,15 +185,15 @@ def write_reports(report, out_dir: Path, real_outputs: dict | None = None, devic
 
         rendered = render_files(report.to_dict(), device=device, real_outputs=real_outputs)
         repro = {out_dir / rel: text for rel, text in rendered.items()}
-    write_whole({**files, **repro}, tuple(p for p in repro if p.suffix == ".py"))
+    write_whole(ctx, {**files, **repro}, tuple(p for p in repro if p.suffix == ".py"))
     log.warning("wrote %s, report.yaml, report.html and the step graph (GraphML)", out_dir / "report.json")
     if repro:
         log.warning("wrote %d repro files into %s", len(repro), out_dir / "repro")
 
 
-def check_writable(out_dir: Path) -> None:
+def check_writable(ctx: RunContext, out_dir: Path) -> None:
     """Create the folder (removed again if the run writes nothing into it) and check that it is writable."""
-    prepare_folder(out_dir)
+    prepare_folder(ctx, out_dir)
 
 
 def exit_code(report, fail_on: str | None, baseline=None) -> int:
@@ -220,7 +215,7 @@ def configure_logging(level: int) -> None:
     log.setLevel(logging.INFO if level >= 0 else logging.WARNING if level == -1 else logging.ERROR)
 
 
-def quiet_torch_logs(verbose: int) -> None:
+def quiet_torch_logs(ctx: RunContext, verbose: int) -> None:
     """Keep torch's own loggers (the fake-tensor logger's tracebacks, ...) off the terminal unless -v or
     TORCH_LOGS asks for them. torch configures its loggers when imported, so this imports it first."""
     if verbose > 0 or os.environ.get("TORCH_LOGS"):
@@ -228,7 +223,7 @@ def quiet_torch_logs(verbose: int) -> None:
     import torch  # noqa: F401 - its logging is set up on import; the level below must come after
 
     torch_log = logging.getLogger("torch")
-    _RESTORE.append((torch_log, torch_log.level))
+    ctx.restore.append((torch_log, torch_log.level))
     torch_log.setLevel(logging.CRITICAL + 1)
 
 
@@ -250,12 +245,6 @@ def safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "model"
 
 
-def write_files(files: dict[str, str], out_dir: Path) -> list[Path]:
-    """Write render_files' output under out_dir (scripts executable), whole or not at all; the paths written."""
-    paths = {out_dir / rel: text for rel, text in files.items()}
-    return write_whole(paths, tuple(p for p in paths if p.suffix == ".py"))
-
-
 def _flush(*streams) -> None:
     for stream in streams:
         with contextlib.suppress(OSError, ValueError, AttributeError):
@@ -273,10 +262,3 @@ def _dup(fd: int) -> int | None:
     except OSError:
         return None
 
-
-def _open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-    except OSError:
-        return False
-    return True

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from opscan.cli.options import Parser, apply_environment, env_flag
+from opscan.cli.command import Command
+from opscan.cli.options import Parser, env_flag
 from opscan.errors import ExitCode
 
 EPILOG = """\
@@ -41,20 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str]) -> int:
-    """Run `opscan coverage`; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_or_code(argv)
-    if isinstance(args, int):
-        return args
-    from opscan.cli.common import emit, run_guarded
+def _body(args: argparse.Namespace, ctx) -> int:
+    from opscan.cli.common import emit
 
-    def body() -> int:
-        apply_environment(parser, args)
-        emit(_run(args))
-        return ExitCode.OK
-
-    return run_guarded(body)
+    emit(ctx, _run(args))
+    return ExitCode.OK
 
 
 def _run(args: argparse.Namespace) -> str:
@@ -87,3 +79,6 @@ def _verdicts() -> tuple[str, ...]:
     from opscan.verdict import Verdict
 
     return tuple(v.value for v in Verdict)
+
+
+main = Command(build_parser, _body, logs=False, prepare=False).main  # `opscan coverage`: main(argv, ctx=None)

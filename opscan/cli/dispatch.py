@@ -9,8 +9,11 @@ SUBCOMMANDS = {"coverage": "opscan.cli.coverage", "repro": "opscan.cli.repro", "
                "merge": "opscan.cli.merge", "accept": "opscan.cli.accept", "zoo": "opscan.cli.zoo"}
 
 
-def run(argv: list[str]) -> int:
-    """Run the command argv names (default: the scan) here; its exit code."""
+def run(argv: list[str], ctx=None) -> int:
+    """Run the command argv names (default: the scan) here, as the run `ctx` (target/run.py RunContext; the
+    supervised child passes one holding the supervisor's callbacks; None: a fresh one); its exit code."""
+    from opscan.target.run import RunContext
+
     module = SUBCOMMANDS.get(argv[0], "opscan.cli.scan") if argv else "opscan.cli.scan"
     rest = argv[1:] if module != "opscan.cli.scan" else argv
-    return importlib.import_module(module).main(rest)
+    return importlib.import_module(module).main(rest, ctx or RunContext())

@@ -1,12 +1,15 @@
 """CLI layer: the files opscan writes — whole or not at all — and the output folders it may write them into.
 
-- `write_files(files)`: every file is written to a temporary name beside it (`.NAME.PID.tmp`), flushed and
+What makes folders or writes takes the run's context (opscan/target/run.py RunContext): the folders made are the run's.
+
+- `write_whole(ctx, files)`: every file is written to a temporary name beside it (`.NAME.PID.tmp`), flushed and
   fsynced, then all of them are renamed into place. A failure (a full disk, a file-size limit, a read-only
   folder) removes the temporaries and raises OutputError naming the file: nothing partial is left, and the
   files an earlier run wrote there stay as they were.
-- `prepare_folder(path)`: create the folder (remembering what it created: a run that ends without writing
+- `write_under(ctx, folder, files)`: the same for files named by paths relative to `folder` (scripts executable).
+- `prepare_folder(ctx, path)`: create the folder (remembering what it created: a run that ends without writing
   into it removes the folders it made, when they are still empty) and check that it is writable.
-- `claim(folder, identity)`: a folder holding another target's results (its `.opscan-target.json`, or an
+- `claim(ctx, folder, identity)`: a folder holding another target's results (its `.opscan-target.json`, or an
   earlier report.json naming another target) is refused with exit 2; nothing is ever deleted, and the same
   target's journal stays for `--resume`. The marker is written before anything else goes into the folder.
 """
@@ -19,22 +22,21 @@ import os
 from pathlib import Path
 
 from opscan.errors import OutputError, UsageError
+from opscan.target.run import RunContext
 
 MARKER = ".opscan-target.json"
-CREATED: list[Path] = []  # folders this run created, deepest last
-SUPERVISOR: dict = {}  # child.py's callbacks: "config"(limit=, verbose=), "created"(path)
 _FIX = {errno.ENOSPC: "free some space and rerun", errno.EDQUOT: "free some space (disk quota) and rerun",
         errno.EFBIG: "the file-size limit (ulimit -f) is too small for it: raise it and rerun",
         errno.EROFS: "pass -o with a folder on a writable file system"}
 
 
-def write_files(files: dict[Path, str | bytes], executable: tuple[Path, ...] = ()) -> list[Path]:
+def write_whole(ctx: RunContext, files: dict[Path, str | bytes], executable: tuple[Path, ...] = ()) -> list[Path]:
     """Write every file whole (see the module docstring); the paths written."""
     temporaries: dict[Path, Path] = {}
     current = next(iter(files), Path("?"))
     try:
         for current, content in files.items():
-            temporaries[current] = _write_temporary(current, content, current in executable)
+            temporaries[current] = _write_temporary(ctx, current, content, current in executable)
         for current, temporary in temporaries.items():
             os.replace(temporary, current)
     except OSError as exc:
@@ -44,9 +46,16 @@ def write_files(files: dict[Path, str | bytes], executable: tuple[Path, ...] = (
     return list(files)
 
 
-def write_file(path: Path, content: str | bytes, executable: bool = False) -> Path:
+def write_file(ctx: RunContext, path: Path, content: str | bytes, executable: bool = False) -> Path:
     """One file, whole or not at all."""
-    return write_files({Path(path): content}, (Path(path),) if executable else ())[0]
+    return write_whole(ctx, {Path(path): content}, (Path(path),) if executable else ())[0]
+
+
+def write_under(ctx: RunContext, folder: Path, files: dict[str, str]) -> list[Path]:
+    """Files named relative to `folder` (render_files' output; scripts executable), whole or not at all; the
+    paths written."""
+    paths = {folder / rel: text for rel, text in files.items()}
+    return write_whole(ctx, paths, tuple(p for p in paths if p.suffix == ".py"))
 
 
 def output_error(exc: OSError, path) -> OutputError:
@@ -55,9 +64,9 @@ def output_error(exc: OSError, path) -> OutputError:
     return OutputError(f"cannot write {path}: {exc.strerror or exc} — {fix}")
 
 
-def _write_temporary(path: Path, content: str | bytes, executable: bool) -> Path:
+def _write_temporary(ctx: RunContext, path: Path, content: str | bytes, executable: bool) -> Path:
     """`content` written and synced under a temporary name beside `path` (removed again on failure)."""
-    make_folders(path.parent)
+    make_folders(ctx, path.parent)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.opscan-tmp")
     data = content.encode("utf-8") if isinstance(content, str) else content
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
@@ -76,6 +85,15 @@ def _write_temporary(path: Path, content: str | bytes, executable: bool) -> Path
     return temporary
 
 
+def is_open(fd: int) -> bool:
+    """Whether file descriptor `fd` is open (a closed stdout or stderr is not)."""
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
 def _unlink(path: Path) -> None:
     try:
         os.unlink(path)
@@ -83,19 +101,18 @@ def _unlink(path: Path) -> None:
         pass
 
 
-def make_folders(folder: Path) -> None:
+def make_folders(ctx: RunContext, folder: Path) -> None:
     """mkdir -p, recording each folder made (a run that ends without writing into them removes them again)."""
     missing = [p for p in (folder, *folder.parents) if not p.exists()]
     folder.mkdir(parents=True, exist_ok=True)
     for made in reversed(missing):
-        CREATED.append(made)
-        SUPERVISOR.get("created", lambda _p: None)(str(made))
+        ctx.folder_made(made)
 
 
-def prepare_folder(folder: Path) -> Path:
+def prepare_folder(ctx: RunContext, folder: Path) -> Path:
     """Create `folder` (recording the folders made) and check that files can be written there."""
     try:
-        make_folders(folder)
+        make_folders(ctx, folder)
         probe = folder / f".opscan-write-test.{os.getpid()}"
         probe.write_text("")
         probe.unlink()
@@ -105,10 +122,10 @@ def prepare_folder(folder: Path) -> Path:
     return folder
 
 
-def remove_created() -> None:
+def remove_created(ctx: RunContext) -> None:
     """Remove the folders this run created and left empty (an interrupted or failed run), deepest first."""
-    while CREATED:
-        remove_if_empty(CREATED.pop())
+    while ctx.created:
+        remove_if_empty(ctx.created.pop())
 
 
 def remove_if_empty(folder) -> None:
@@ -129,30 +146,13 @@ def check_owner(folder: Path, mine: dict) -> None:
                          "another folder for this one, or move that folder away (opscan never deletes results)")
 
 
-def claim(folder: Path, mine: dict) -> Path:
+def claim(ctx: RunContext, folder: Path, mine: dict) -> Path:
     """Refuse a folder holding another target's results; else create it and mark it as this target's."""
     check_owner(folder, mine)
-    prepare_folder(folder)
+    prepare_folder(ctx, folder)
     if held_by(folder) != mine:
-        write_file(folder / MARKER, json.dumps(mine, indent=1, sort_keys=True) + "\n")
+        write_file(ctx, folder / MARKER, json.dumps(mine, indent=1, sort_keys=True) + "\n")
     return folder
-
-
-def check_report_rows(path: str, what: str) -> None:
-    """A report.json whose `ops` are rows (objects with op, overload, dtypes, verdict of the right types), else
-    a UsageError naming `what` and the first bad row."""
-    from opscan.verdict import Verdict
-
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return  # the loader says what is wrong with the file itself
-    rows = doc.get("ops") if isinstance(doc, dict) else None
-    names = {v.value for v in Verdict}
-    for i, row in enumerate(rows if isinstance(rows, list) else []):
-        if not _is_row(row, names):
-            raise UsageError(f"{what} {path!r} is not an opscan report.json: ops[{i}] is not a row (op, overload, "
-                             f"dtypes and verdict, as a scan writes them) — pass the report.json of an earlier scan")
 
 
 def held_by(folder: Path) -> dict | None:
@@ -188,11 +188,3 @@ def same_target(held: dict, mine: dict) -> bool:
         old = str(held.get("target"))
         return mine["resolved"] == old or mine["resolved"].endswith(os.sep + old) or mine["target"] == old
     return held.get("resolved") == mine["resolved"]
-
-
-def _is_row(row, verdicts: set[str]) -> bool:
-    if not isinstance(row, dict) or not isinstance(row.get("op"), str) or row.get("verdict") not in verdicts:
-        return False
-    dtypes = row.get("dtypes")
-    return isinstance(row.get("overload"), (str, type(None))) and isinstance(dtypes, list) and \
-        all(isinstance(d, str) for d in dtypes)

@@ -13,14 +13,15 @@ import logging
 import sys
 from pathlib import Path
 
-from opscan.cli.bundle import guarded
-from opscan.cli.common import VERDICT_NAMES, emit, exit_code, render, write_reports
+from opscan.cli.command import Command, output_folder
+from opscan.cli.common import VERDICT_NAMES, emit, exit_code, quiet_torch_logs, render, write_reports
 from opscan.cli.files import check_owner, identity
 from opscan.cli.options import DEFAULT_STEP_TIMEOUT, Parser, seconds
-from opscan.cli.scan import output_folder
 from opscan.errors import UsageError
+from opscan.target.run import RunContext
 
 log = logging.getLogger("opscan")
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The `opscan merge` parser."""
@@ -40,18 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str]) -> int:
-    """`opscan merge`; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_or_code(argv)
-    if isinstance(args, int):
-        return args
-    return guarded(_merge, args, parser)
-
-
-def _merge(args) -> int:
+def _merge(args, ctx: RunContext) -> int:
+    quiet_torch_logs(ctx, args.verbose)
     from opscan.bundle import results as results_file
     from opscan.bundle.merge import differences, load_bundle, merged_report, real_outputs
+
 
     path = Path(args.results)
     if not path.is_file():
@@ -67,12 +61,14 @@ def _merge(args) -> int:
     args.identity = identity(args.target or bundle.manifest["target"])
     if args.output_dir:
         check_owner(Path(args.output_dir), args.identity)
-    report = merged_report(bundle, results, args.target)
+    report = merged_report(bundle, results, args.target, ctx)
     lines = differences(report)
     print("\n".join([f"predicted vs measured: {len(lines)} rows differ", *lines]), file=sys.stderr, flush=True)
-    out_dir = output_folder(args, report.model_name)
-    write_reports(report, out_dir, real_outputs(results), device=bundle.manifest["device"])
+    out_dir = output_folder(ctx, args, report.model_name)
+    write_reports(ctx, report, out_dir, real_outputs(results), device=bundle.manifest["device"])
     args.tree = False
-    emit(render(report, args))
+    emit(ctx, render(ctx, report, args))
     return exit_code(report, args.fail_on)
 
+
+main = Command(build_parser, _merge).main  # `opscan merge`: main(argv, ctx=None) -> the exit code

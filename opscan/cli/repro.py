@@ -19,9 +19,12 @@ import json
 import sys
 from pathlib import Path
 
-from opscan.cli.common import emit, run_guarded, write_files
+from opscan.cli.command import Command
+from opscan.cli.common import emit
+from opscan.cli.files import write_under
 from opscan.cli.options import Parser, seconds
 from opscan.errors import ExitCode
+from opscan.target.run import RunContext
 
 EPILOG = """\
 OP: display spelling, aten::take or aten::take.default or aten::add.Tensor. Scripts: python repro_N.py
@@ -49,24 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str]) -> int:
-    """Run `opscan repro`; returns the exit code."""
-    args = build_parser().parse_or_code(argv)
-    if isinstance(args, int):
-        return args
-    return run_guarded(lambda: _run(args))
-
-
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, ctx: RunContext) -> int:
     report = load_report(args.report)
     op, findings = select(report, args.op, args.dtype)
     code = ExitCode.OK
     if args.minimize:
         findings, lines, code = _minimized(findings, args.device, args.probe_timeout)
-        emit("".join(line + "\n" for line in lines))
+        emit(ctx, "".join(line + "\n" for line in lines))
     out_dir = Path(args.output_dir) if args.output_dir else Path(args.report).resolve().parent
-    written = write_files(_rendered(args.report, report, op, findings, args.device), out_dir)
-    emit("".join(f"{p}\n" for p in written))
+    written = write_under(ctx, out_dir, _rendered(args.report, report, op, findings, args.device))
+    emit(ctx, "".join(f"{p}\n" for p in written))
     return code
 
 
@@ -176,3 +171,6 @@ def _check_device(device: str) -> None:
         raise ReproError(f"--minimize --device {device}: {device} is not available here (--minimize probes on it) "
                          f"— run it where {device} is, or pass --device cpu; without --minimize the scripts are "
                          f"written for {device} all the same") from None
+
+
+main = Command(build_parser, _run, logs=False, prepare=False).main  # `opscan repro`: main(argv, ctx=None)

@@ -1,128 +1,22 @@
-"""CLI: `opscan TARGET [flags]`, the scan — parse the flags, run opscan.scan, print the chosen format, write the
-report files and map the exit code. torch and every stage are imported lazily so `opscan --help` stays light.
+"""CLI: `opscan TARGET [flags]`, the scan — parse the flags (scan_flags.py), run opscan.scan, print the chosen
+format, write the report files and map the exit code. torch and every stage are imported lazily so
+`opscan --help` stays light.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
-import sys
-from pathlib import Path
 
-from opscan import __version__
-from opscan.cli.common import (FORMAT_NAMES, VERDICT_NAMES, check_writable, configure_logging, emit, exit_code,
-                               quiet_torch_logs, render, run_guarded, safe_name, tell_supervisor, write_reports)
-from opscan.cli.files import check_owner, claim, identity
-from opscan.cli.options import DEFAULT_STEP_TIMEOUT, Parser, apply_environment, count, env_flag, seconds
+from opscan.cli.command import Command, check_output_dir, output_folder
+from opscan.cli.common import emit, exit_code, quiet_torch_logs, render, write_reports
+from opscan.cli.scan_flags import build_parser, live_options, probe_options, scan_options
+from opscan.target.run import RunContext
 
 log = logging.getLogger("opscan")
-PATH_FLAGS = ("baseline", "results", "bundle", "report", "spec")  # made absolute before the target's code runs
-
-EPILOG = """\
-exit codes: 0 nothing at or above --fail-on (default: findings never fail) · 1 findings at or above
---fail-on · 2 usage, target or environment error · 3 internal error (a bug in opscan: please report it)
-
-subcommands (each with its own --help):
-  opscan coverage [--torch-version X] [--diff A B]   the MPS knowledge base of a torch release
-  opscan repro REPORT.json OP [--minimize]           standalone repro scripts and ISSUE.md for one finding
-  opscan bundle TARGET [scan flags] -o DIR           the probes packed for a Mac you reach over SSH
-  opscan merge RESULTS.jsonl [--bundle DIR]          fold a bundle's results into the measured report
-  opscan accept TARGET [--device D]                  the real step on a device against the CPU reference
-  opscan zoo MANIFEST|FAMILY [-o DIR] [--ray auto]    a leaderboard of many models over every release
-
-TARGET: path/to/model.py:build_model or package.module:factory (e.g. torchvision.models:resnet18).
-The factory returns an nn.Module or (model, example_inputs); the file may define example_inputs(),
-train_step(model, optimizer, inputs), loss_fn(outputs, inputs) and build_optimizer(model).
-"""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (also the source of --help)."""
-    p = Parser(
-        prog="opscan", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Does this model's whole training step run on Apple Silicon (MPS)? "
-                    "Traces forward, loss, backward and optimizer step and predicts each aten op's verdict.",
-    )
-    p.add_argument("target", metavar="TARGET", help="FILE.py:FUNCTION or package.module:FUNCTION")
-    p.add_argument("--input", action="append", default=[], metavar="SHAPE:DTYPE[:LOW-HIGH]",
-                   help="random input tensor, repeatable (e.g. 1x3x224x224:float32, 8x128:int64:0-30522)")
-    p.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="keyword argument for the factory, repeatable (value parsed as a Python literal)")
-    p.add_argument("--inference", action="store_true", help="scan the forward only, under inference_mode")
-    p.add_argument("--dtype", choices=("bfloat16", "float16"), help="cast model and floating inputs")
-    env_flag(p, "-f", "--format", env="OPSCAN_FORMAT", default="table", choices=FORMAT_NAMES,
-             help="what to print on stdout (env OPSCAN_FORMAT; default table)")
-    env_flag(p, "-o", "--output-dir", env="OPSCAN_OUTPUT_DIR",
-             help="where report.json and report.yaml go (env OPSCAN_OUTPUT_DIR; default reports/<model>/)")
-    env_flag(p, "--fail-on", env="OPSCAN_FAIL_ON", choices=VERDICT_NAMES,
-             help="exit 1 when a row's verdict ranks at or above this one (env OPSCAN_FAIL_ON)")
-    env_flag(p, "--baseline", env="OPSCAN_BASELINE", metavar="REPORT.JSON",
-             help="fail only on rows new or worse than in this earlier report.json, from --fail-on "
-                  "(default unknown) up (env OPSCAN_BASELINE)")
-    p.add_argument("--tree", action="store_true", help="show the module tree with each module's worst verdict")
-    p.add_argument("--no-fx", action="store_true", help="do not try torch.fx.symbolic_trace")
-    fake = p.add_mutually_exclusive_group()
-    fake.add_argument("--fake", action="store_true",
-                      help="build the model and inputs with fake tensors (no memory allocated); chosen by "
-                           "itself when weights, grads and AdamW state would take over half the available RAM")
-    fake.add_argument("--no-fake", action="store_true", help="always use real tensors (no meta-device pre-pass)")
-    env_flag(p, "--torch-version", env="OPSCAN_TORCH_VERSION", metavar="X",
-             help="predict for this torch release (2.0.0 … 2.14.1; default: the installed one); the step "
-                  "is still traced with the installed torch (env OPSCAN_TORCH_VERSION)")
-    env_flag(p, "--macos", env="OPSCAN_MACOS", metavar="V",
-             help="assume this macOS version for macOS-gated facts (default: the release's minimum; "
-                  "env OPSCAN_MACOS)")
-    env_flag(p, "--step-timeout", env="OPSCAN_STEP_TIMEOUT", default=DEFAULT_STEP_TIMEOUT, type=seconds,
-             metavar="S", help="stop the target's code when one stage of it (import, factory, the traced step, a "
-                               "memory run) runs longer than S seconds: exit 2 saying where it was (default "
-                               f"{DEFAULT_STEP_TIMEOUT:g}; env OPSCAN_STEP_TIMEOUT)")
-    _probe_flags(p)
-    _memory_flags(p)
-    p.add_argument("-v", "--verbose", action="count", default=0,
-                   help="list native rows too; on errors show the user's traceback")
-    p.add_argument("-q", "--quiet", action="count", default=0, help="less on stderr")
-    p.add_argument("--version", action="version", version=f"opscan {__version__}")
-    return p
-
-
-def _probe_flags(p: argparse.ArgumentParser) -> None:
-    """Measured mode: --probe/--no-probe, --device, shape cap, resume, limits."""
-    probe = p.add_mutually_exclusive_group()
-    probe.add_argument("--probe", dest="probe", action="store_true", default=None,
-                       help="measure every distinct call in isolated processes, fallback variable off and on "
-                            "(default: on when MPS is available, or when --device is given)")
-    probe.add_argument("--no-probe", dest="probe", action="store_false", help="predict only, never probe")
-    env_flag(p, "--device", env="OPSCAN_DEVICE", choices=("cpu", "cuda", "mps"),
-             help="where probes run (default mps); cpu and cuda measure that device and never stand in "
-                  "for MPS; with --memory, where the live log runs (default cpu) (env OPSCAN_DEVICE)")
-    env_flag(p, "--max-elements", env="OPSCAN_MAX_ELEMENTS", default=1 << 20, type=count(1), metavar="N",
-             help="cap each probe tensor at N elements (1 or more), shrinking sizes consistently (default "
-                  "1048576; env OPSCAN_MAX_ELEMENTS); --full-shapes for no cap")
-    p.add_argument("--full-shapes", action="store_true", help="probe with the step's own shapes (no cap)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue a killed measured run from <report folder>/probes.jsonl without redoing probes")
-    p.add_argument("--probe-timeout", type=seconds, default=60.0, metavar="S",
-                   help="limit per probe pass, seconds above zero (60 s)")
-    p.add_argument("--workers", type=count(1), metavar="N",
-                   help="probe processes per pass, 1 or more (default min(4, cores))")
-    p.add_argument("--repro", action="store_true",
-                   help="write a standalone repro script per finding call and an ISSUE.md per failing op into "
-                        "<report folder>/repro/ (`opscan repro REPORT OP` makes them later)")
-
-
-def _memory_flags(p: argparse.ArgumentParser) -> None:
-    """Memory: the estimate and Mac sizing (on by default), and the live log of real iterations."""
-    memory = p.add_mutually_exclusive_group()
-    memory.add_argument("--memory", action="store_true",
-                        help="also run a few real iterations on --device (default cpu) and log its memory per "
-                             "phase and iteration, flagging growth (probes then run only with --probe)")
-    memory.add_argument("--no-memory", action="store_true", help="skip the memory estimate and Mac sizing")
-    env_flag(p, "--iterations", env="OPSCAN_ITERATIONS", default=5, type=count(3), metavar="N",
-             help="iterations of the --memory live log, 3 or more (default 5; env OPSCAN_ITERATIONS)")
-
-
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, ctx: RunContext) -> int:
     from opscan.target.inputs import parse_arg, parse_input
 
     for text in args.input:
@@ -134,127 +28,33 @@ def _run(args: argparse.Namespace) -> int:
 
         load_knowledge(release=args.torch_version, macos=args.macos)  # an unknown release fails before tracing
     baseline = _baseline(args.baseline)
-    if args.output_dir:
-        check_owner(Path(args.output_dir), args.identity)  # another target's folder: refused now
-        check_writable(Path(args.output_dir))
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    quiet_torch_logs(args.verbose)
+    check_output_dir(ctx, args)  # another target's folder: refused now
+    quiet_torch_logs(ctx, args.verbose)
     log.info("tracing %s …", args.target)
     from opscan.trace import collector
 
     with collector.spared():  # the report's objects outlive the writing too (trace/collector.py)
-        report = _scan(args)
-        out_dir = output_folder(args, report.model_name)
-        write_reports(report, out_dir)
-        emit(render(report, args, baseline))
+        report = _scan(args, ctx)
+        out_dir = output_folder(ctx, args, report.model_name)
+        write_reports(ctx, report, out_dir)
+        emit(ctx, render(ctx, report, args, baseline))
         return exit_code(report, args.fail_on, baseline)
-
-
-def prepare_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
-    """Flags from the environment (exit 2 naming a bad variable), paths made absolute before any of the target's
-    code runs (it may change directory), and the step limit told to the supervisor."""
-    from opscan.target.user_code import start_in
-
-    apply_environment(parser, args)
-    args.cwd = os.getcwd()
-    start_in(args.cwd)
-    for name in PATH_FLAGS:
-        if getattr(args, name, None):
-            setattr(args, name, os.path.abspath(getattr(args, name)))
-    if isinstance(getattr(args, "target", None), str):
-        args.identity = identity(args.target)
-    tell_supervisor(getattr(args, "step_timeout", None), getattr(args, "verbose", 0))
-    return args
-
-
-def output_folder(args, model_name: str, default: str = "reports") -> Path:
-    """-o, else reports/<model>, where opscan was started; claimed for this target (another's is refused)."""
-    folder = from_start(args, Path(args.output_dir or Path(default) / safe_name(model_name)))
-    claim(folder, args.identity)
-    return folder
-
-
-def from_start(args, path: Path) -> Path:
-    """A relative path of the command line, as meant where opscan started: unchanged while the current directory
-    is that one (messages keep the user's spelling), joined to it once the target's code changed directory."""
-    try:
-        here = os.getcwd()
-    except OSError:  # the target removed the directory it moved into
-        here = None
-    return path if path.is_absolute() or here == args.cwd else Path(args.cwd) / path
 
 
 def _baseline(path: str | None):
     if not path:
         return None
-    from opscan.cli.files import check_report_rows
-    from opscan.render.gate import load_baseline
+    from opscan.cli.read import check_report_rows, load_baseline
 
     check_report_rows(path, "the baseline")
     return load_baseline(path)
 
 
-def _scan(args):
+def _scan(args, ctx: RunContext):
     from opscan.scan import scan
 
-    probe, session = _probe(args)
-    return scan(scan_options(args, probe, live=_live(args)), session)
+    probe, session = probe_options(args, ctx)
+    return scan(scan_options(args, probe, live=live_options(args)), session, ctx=ctx)
 
 
-def scan_options(args, probe, live=None):
-    """ScanOptions from the parsed scan flags, with these probe and live-memory options."""
-    from opscan.scan import ScanOptions
-    from opscan.target.inputs import parse_arg
-
-    return ScanOptions(args.target, tuple(args.input), dict(parse_arg(a) for a in args.arg),
-                       inference=args.inference, dtype=args.dtype, fx=not args.no_fx, fake=args.fake,
-                       auto_fake=not args.no_fake, torch_version=args.torch_version, macos=args.macos, probe=probe,
-                       memory=not args.no_memory, live=live, repro=args.repro)
-
-
-def _live(args):
-    """LiveOptions for --memory (None without it; --iterations is 3 or more: the live log needs them to judge
-    growth, iteration 1 allocating the optimizer state)."""
-    if not args.memory:
-        return None
-    from opscan.memory.live import LiveOptions
-
-    return LiveOptions(device=args.device or "cpu", iterations=args.iterations, dtype=args.dtype,
-                       inference=args.inference)
-
-
-def _probe(args):
-    """(ProbeOptions or None, the journal/progress session) from the measured-mode flags."""
-    probing = args.probe
-    if probing is None and args.memory:
-        probing = False  # --device names where the live memory log runs
-    if probing is None:
-        probing = bool(args.device) or args.resume or _mps_available()
-    if not probing:
-        return None, None
-    from opscan.probe.progress import Progress
-    from opscan.probe.stage import ProbeOptions, Session, check_device
-
-    check_device(args.device or "mps")  # before the trace: a device we cannot use is exit 2 at once
-    fields = {"workers": args.workers} if args.workers else {}
-    options = ProbeOptions(device=args.device or "mps", max_elements=None if args.full_shapes else args.max_elements,
-                           timeout=args.probe_timeout, **fields)
-    folder = lambda name: output_folder(args, name)  # noqa: E731 - the journal's folder, claimed
-    progress = Progress(sys.stderr, enabled=sys.stderr.isatty() and args.quiet == 0)
-    return options, Session(folder, resume=args.resume, progress=progress)
-
-
-def _mps_available() -> bool:
-    import torch
-
-    return bool(torch.backends.mps.is_available())
-
-
-def main(argv: list[str]) -> int:
-    """`opscan TARGET [flags]`; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_or_code(argv)
-    if isinstance(args, int):
-        return args
-    configure_logging(args.verbose - args.quiet)
-    return run_guarded(lambda: _run(prepare_args(parser, args)), args.verbose)
+main = Command(build_parser, _run).main  # `opscan TARGET [flags]`: main(argv, ctx=None) -> the exit code

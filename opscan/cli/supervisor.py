@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 
 from opscan.cli.child import BOOT, ENV, PATH_ENV
-from opscan.cli.files import remove_if_empty
+from opscan.cli.files import is_open, remove_if_empty
 from opscan.cli.endings import RERUN, outcome
 from opscan.errors import ExitCode
 
@@ -147,12 +147,12 @@ def _read_all(fd: int) -> str:
 
 def _start(argv: list[str], ctl: int, lifeline: int, dump: int) -> subprocess.Popen:
     """The child: this interpreter, this sys.path, a session of its own, stdin from /dev/null."""
-    closed = not _is_open(1)
+    closed = not is_open(1)
     env = {**os.environ, ENV: f"{ctl},{lifeline},{dump},{int(closed)}", PATH_ENV: json.dumps(sys.path)}
     flags = subprocess._args_from_interpreter_flags()  # -X, -W, -I ... as this interpreter was started
     return subprocess.Popen([sys.executable, *flags, "-c", BOOT, *argv], env=env, pass_fds=(ctl, lifeline, dump),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL if closed else None,
-                            stderr=None if _is_open(2) else subprocess.DEVNULL, start_new_session=True)
+                            stderr=None if is_open(2) else subprocess.DEVNULL, start_new_session=True)
 
 
 def _follow(child: subprocess.Popen, ctl: int, watch: Watch, dump: int) -> None:
@@ -254,10 +254,3 @@ def _high(fd: int) -> int:
     os.close(fd)
     return moved
 
-
-def _is_open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-    except OSError:
-        return False
-    return True

@@ -18,10 +18,12 @@ import os
 import sys
 from pathlib import Path
 
-from opscan.cli.common import configure_logging, emit, run_guarded, safe_name
-from opscan.cli.files import prepare_folder, write_files
+from opscan.cli.command import Command
+from opscan.cli.common import emit, safe_name
+from opscan.cli.files import prepare_folder, write_whole
 from opscan.cli.options import Parser, count, seconds
 from opscan.errors import ExitCode, UsageError
+from opscan.target.run import RunContext
 
 log = logging.getLogger("opscan")
 DEFAULT_TIMEOUT = 900.0
@@ -60,23 +62,19 @@ def diff_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str]) -> int:
-    """`opscan zoo`; returns the exit code."""
-    is_diff = bool(argv) and argv[0] == "diff"
-    parser = diff_parser() if is_diff else build_parser()
-    args = parser.parse_or_code(argv[1:] if is_diff else argv)
-    if isinstance(args, int):
-        return args
-    configure_logging(getattr(args, "verbose", 0) - getattr(args, "quiet", 0))
-    return run_guarded(lambda: (_diff if is_diff else _zoo)(args), getattr(args, "verbose", 0))
+def main(argv: list[str], ctx: RunContext | None = None) -> int:
+    """`opscan zoo` (or `opscan zoo diff`); returns the exit code."""
+    if argv and argv[0] == "diff":
+        return Command(diff_parser, _diff, prepare=False).main(argv[1:], ctx)
+    return Command(build_parser, _zoo, prepare=False).main(argv, ctx)
 
 
-def _diff(args) -> int:
+def _diff(args, ctx: RunContext) -> int:
     from opscan.zoo.outputs import diff, render_diff
 
     old, new = _board(Path(args.old)), _board(Path(args.new))
     found = diff(old, new)
-    emit(render_diff(found) if args.format == "text" else json.dumps(found.to_dict(), indent=1) + "\n")
+    emit(ctx, render_diff(found) if args.format == "text" else json.dumps(found.to_dict(), indent=1) + "\n")
     return ExitCode.FINDINGS if found.changes else ExitCode.OK
 
 
@@ -92,14 +90,14 @@ def _board(path: Path):
     return Leaderboard.from_dict(data, str(path))
 
 
-def _zoo(args) -> int:
+def _zoo(args, ctx: RunContext) -> int:
     from opscan.zoo import journal
     from opscan.zoo.board import make_board
 
     title, models = _models(args)
     releases = _releases(args.releases)
     out_dir = Path(args.output_dir or Path("reports") / f"zoo-{safe_name(title)}")
-    prepare_folder(out_dir)
+    prepare_folder(ctx, out_dir)
     path = out_dir / journal.JOURNAL_NAME
     done, valid = journal.read(path, releases)
     results = {m.key: done[m.key] for m in models if m.key in done}
@@ -119,8 +117,8 @@ def _zoo(args) -> int:
     from opscan.zoo.board import ModelResult
 
     board = make_board(title, releases, [ModelResult.from_dict(r) for r in results.values()])
-    _write(board, out_dir)
-    _print(board, args.format)
+    _write(ctx, board, out_dir)
+    _print(ctx, board, args.format)
     return ExitCode.FINDINGS if board.counts()["errors"] else ExitCode.OK
 
 
@@ -177,23 +175,23 @@ def _engine(args, todo, releases, on_result) -> None:
         LocalPool(args.workers, args.timeout, releases).run(todo, on_result)
 
 
-def _write(board, out_dir: Path) -> None:
+def _write(ctx: RunContext, board, out_dir: Path) -> None:
     from opscan.zoo.html import render_html
     from opscan.zoo.outputs import render_csv, render_json
 
     texts = (render_json(board), render_csv(board), render_html(board))
-    write_files({out_dir / name: text for name, text in zip(OUTPUTS, texts)})
+    write_whole(ctx, {out_dir / name: text for name, text in zip(OUTPUTS, texts)})
     counts = board.counts()
     log.warning("wrote %s (and .csv, .html): %d models, %d could not be scanned; %d cells, %d predicted, "
                 "%d measured", out_dir / OUTPUTS[0], counts["models"], counts["errors"], counts["cells"],
                 counts["predicted"], counts["measured"])
 
 
-def _print(board, fmt: str) -> None:
+def _print(ctx: RunContext, board, fmt: str) -> None:
     from opscan.zoo.outputs import render_csv, render_json
 
     if fmt != "none":
-        emit(render_json(board) if fmt == "json" else render_csv(board))
+        emit(ctx, render_json(board) if fmt == "json" else render_csv(board))
 
 
 class _Journal:

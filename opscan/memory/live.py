@@ -49,14 +49,15 @@ class LiveOptions:
     inference: bool = False
 
 
-def live_section(spec: str, args: dict, input_texts, options: LiveOptions) -> dict[str, Any]:
-    """Load the target with real tensors and log `options.iterations` iterations on the device."""
+def live_section(spec: str, args: dict, input_texts, options: LiveOptions, ctx=None) -> dict[str, Any]:
+    """Load the target with real tensors and log `options.iterations` iterations on the device (`ctx`: the
+    run's RunContext)."""
     from opscan.target.inputs import parse_input
     from opscan.target.load import load_target
     from opscan.trace.guard import user_step
 
-    target = load_target(spec, args, [parse_input(t) for t in input_texts])
-    with user_step(spec):
+    target = load_target(spec, args, [parse_input(t) for t in input_texts], ctx=ctx)
+    with user_step(spec, ctx=ctx):
         return run_live(target, options)
 
 

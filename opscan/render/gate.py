@@ -1,4 +1,5 @@
-"""CI gating: which rows fail, against `--fail-on` and optionally a baseline report (read with json only).
+"""CI gating: which rows fail, against `--fail-on` and optionally a baseline report (the CLI reads its file with
+json only: opscan/cli/read.py; here it is data).
 
 With `--baseline report.json` only rows that are new (their OpKey and dtype signature are not in the
 baseline) or worse (a higher verdict rank than there) can fail; without `--fail-on` they fail from
@@ -7,11 +8,8 @@ baseline) or worse (a higher verdict rank than there) can fail; without `--fail-
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
-from opscan.errors import UsageError
 from opscan.opkey import OpKey
 from opscan.report import Row
 from opscan.verdict import Verdict
@@ -32,18 +30,11 @@ def row_key(row: Row) -> RowKey:
     return row.op.display, tuple(row.dtypes)
 
 
-def load_baseline(path: str | Path) -> Baseline:
-    """Read a report.json written by opscan; a missing or malformed file is a usage error (exit 2)."""
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-        verdicts = {(OpKey.from_json(r["op"], r["overload"]).display, tuple(r["dtypes"])): Verdict(r["verdict"])
-                    for r in doc["ops"]}
-    except OSError as exc:
-        raise UsageError(f"cannot read the baseline {str(path)!r}: {exc.strerror or exc} "
-                         "— pass a report.json written by opscan") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"the baseline {str(path)!r} is not an opscan report.json ({type(exc).__name__}: {exc}) "
-                         "— pass the report.json of an earlier scan") from None
+def baseline_from(doc, path: str) -> Baseline:
+    """The Baseline of a report.json's parsed JSON (`doc`, read from `path`); ValueError, KeyError or TypeError
+    when it is not one."""
+    verdicts = {(OpKey.from_json(r["op"], r["overload"]).display, tuple(r["dtypes"])): Verdict(r["verdict"])
+                for r in doc["ops"]}
     return Baseline(str(path), verdicts)
 
 

@@ -26,8 +26,7 @@ import torch
 from opscan.errors import TargetError
 from opscan.units import human_bytes
 from opscan.target.inputs import InputSpec, random_inputs
-from opscan.target import user_code
-from opscan.target.user_code import running
+from opscan.target.run import RunContext
 
 _OPSCAN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _IMPORTLIB_DIR = os.path.dirname(os.path.abspath(importlib.__file__)) + os.sep
@@ -58,12 +57,12 @@ def split_spec(spec: str) -> tuple[str, str]:
     return location, func
 
 
-def import_location(location: str) -> ModuleType:
+def import_location(location: str, ctx: RunContext) -> ModuleType:
     """Import a .py file (by path) or a dotted module name, turning failures into TargetError."""
     if location.endswith(".py") or "/" in location or Path(location).is_file():
-        return _import_file(Path(location))
+        return _import_file(Path(location), ctx)
     try:
-        with running(f"importing {location}"):
+        with ctx.running(f"importing {location}"):
             return importlib.import_module(location)
     except Exception as exc:  # noqa: BLE001 - any import failure is the user's to fix
         raise TargetError(
@@ -73,8 +72,8 @@ def import_location(location: str) -> ModuleType:
         ) from None
 
 
-def _import_file(path: Path) -> ModuleType:
-    path = user_code.absolute(path)  # against where the command started: the target may have changed directory
+def _import_file(path: Path, ctx: RunContext) -> ModuleType:
+    path = ctx.absolute(path)  # against where the command started: the target may have changed directory
     if not path.is_file():
         raise TargetError(f"model file {str(path)!r} does not exist — check the path in TARGET")
     name = f"opscan_target_{abs(hash(str(path.resolve())))}"
@@ -85,7 +84,7 @@ def _import_file(path: Path) -> ModuleType:
     sys.path.insert(0, str(path.resolve().parent))
     sys.modules[name] = module
     try:
-        with running(f"importing {path}"):
+        with ctx.running(f"importing {path}"):
             spec.loader.exec_module(module)
     except SyntaxError as exc:
         raise TargetError(
@@ -101,13 +100,15 @@ def _import_file(path: Path) -> ModuleType:
 
 
 def load_target(spec: str, factory_args: dict[str, Any], input_specs: list[InputSpec],
-                choose_fake: Callable | None = None) -> Target:
+                choose_fake: Callable | None = None, ctx: RunContext | None = None) -> Target:
     """Load TARGET, call its factory and find its inputs and optional step hooks.
 
     `choose_fake(factory, factory_args, input_bytes)` (trace/fake.py) may return a FakeBuild: the factory and
-    the inputs then run inside its FakeTensorMode (a built module can't be moved into it later)."""
+    the inputs then run inside its FakeTensorMode (a built module can't be moved into it later). `ctx`: the
+    run's context (its stages of user code; a fresh one when None)."""
+    ctx = ctx or RunContext()
     location, func_name = split_spec(spec)
-    module = import_location(location)
+    module = import_location(location, ctx)
     factory = getattr(module, func_name, None)
     if factory is None:
         raise TargetError(
@@ -120,15 +121,15 @@ def load_target(spec: str, factory_args: dict[str, Any], input_specs: list[Input
         )
     fake = None
     if choose_fake is not None:
-        with running(f"calling {func_name}() on the meta device (sizing the model)"):
+        with ctx.running(f"calling {func_name}() on the meta device (sizing the model)"):
             fake = choose_fake(factory, factory_args, input_bytes(input_specs))
     with fake.mode if fake is not None else contextlib.nullcontext():
-        with running(f"calling {func_name}()"):
+        with ctx.running(f"calling {func_name}()"):
             model, inputs = _call_factory(factory, spec, factory_args)
         if input_specs:
             inputs = _random_inputs(input_specs, fake is not None)
         elif inputs is None:
-            with running("calling example_inputs()"):
+            with ctx.running("calling example_inputs()"):
                 inputs = _example_inputs(module, model, spec)
     return Target(
         spec=spec,

@@ -1,21 +1,17 @@
-"""Target stage: which of the target's code runs now — for the supervisor's limit and for one-line messages.
+"""Target stage: the target's own code in messages — its exits and the frames that are its own.
 
-`running(what)` brackets every call into the target's code: importing it, its factory, the traced step, the
-memory runs, the acceptance runs. Entering and leaving tells the listener (the CLI's supervisor channel, when
-opscan runs as a command) so that a stage of user code gets `--step-timeout` and a process that dies is
-reported with what it was doing; and `sys.exit()` raised inside becomes a TargetExit (exit 2) that names the
-call and its line, instead of ending opscan with the target's exit code. No torch here.
+`exit_error` turns `sys.exit()` raised by the target's code into a TargetExit (exit 2) that names the call and
+its line, instead of ending opscan with the target's exit code; `user_frame` and `where_in_dump` find the
+innermost frame of the target's code in a traceback or a faulthandler dump. Which stage of the target's code
+runs now is the run's (RunContext.running, target/run.py). No torch here.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import sysconfig
 import traceback
-from pathlib import Path
-from typing import Callable
 
 from opscan.errors import TargetError
 
@@ -23,54 +19,10 @@ _OPSCAN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.s
 _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
 _TORCH_PART = os.sep + "torch" + os.sep
 _FRAME = re.compile(r'^\s*File "(?P<file>.*)", line (?P<line>\d+) in (?P<name>\S+)')  # a faulthandler line
-_stack: list[str] = []
-_listener: list[Callable[[str | None], None]] = []
-_origin: list[str] = []
 
 
 class TargetExit(TargetError):
     """The target's code raised SystemExit (sys.exit, exit(), quit()) while opscan ran it."""
-
-
-def start_in(folder: str | None) -> None:
-    """Resolve relative paths of the command line (TARGET's file) against `folder` (the CLI: where it started,
-    since the target's code may change directory; None: the current directory)."""
-    _origin[:] = [folder] if folder else []
-
-
-def absolute(path: Path) -> Path:
-    """`path` resolved against start_in's folder, else the current directory."""
-    return Path(_origin[0], path) if _origin and not path.is_absolute() else path.absolute()
-
-
-def listen(callback: Callable[[str | None], None] | None) -> None:
-    """Call `callback(stage or None)` whenever a stage of the target's code begins or ends (None: no listener)."""
-    _listener[:] = [callback] if callback is not None else []
-
-
-def current() -> str | None:
-    """What of the target's code runs now (the innermost stage), or None."""
-    return _stack[-1] if _stack else None
-
-
-@contextlib.contextmanager
-def running(what: str):
-    """Run the target's code as stage `what` ("calling build_model()", "tracing the training step of X")."""
-    _stack.append(what)
-    _tell()
-    pid = os.getpid()
-    try:
-        yield
-    except SystemExit as exc:
-        raise exit_error(exc, what) from None
-    except KeyboardInterrupt as exc:
-        exc.__dict__.setdefault("opscan_stage", what)  # the innermost stage: for "interrupted while ..."
-        raise
-    finally:
-        _stack.pop()
-        if os.getpid() != pid:  # a process the target forked came back into opscan: it must not scan twice
-            os._exit(0)
-        _tell()
 
 
 def exit_error(exc: SystemExit, what: str | None) -> TargetExit:
@@ -109,11 +61,6 @@ def _short(filename: str) -> str:
 def _format(exc: BaseException) -> str:
     lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
     return "".join(lines).rstrip("\n")
-
-
-def _tell() -> None:
-    for callback in _listener:
-        callback(current())
 
 
 def frames_of(frame) -> list[traceback.FrameSummary]:

@@ -7,7 +7,7 @@ import os
 import traceback
 
 from opscan.errors import StepError
-from opscan.target.user_code import running
+from opscan.target.run import RunContext
 
 _OPSCAN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,11 +34,11 @@ def user_frames(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def user_step(spec: str, what: str | None = None):
-    """Run the target's step as a stage of user code (`what`, default "running the training step of SPEC":
-    the supervisor's limit, sys.exit caught) and re-raise failures that start outside opscan (the model, its
-    inputs, torch) as StepError."""
-    with running(what or f"running the training step of {spec}"):
+def user_step(spec: str, what: str | None = None, ctx: RunContext | None = None):
+    """Run the target's step as a stage of user code of the run `ctx` (`what`, default "running the training
+    step of SPEC": the supervisor's limit, sys.exit caught) and re-raise failures that start outside opscan (the
+    model, its inputs, torch) as StepError."""
+    with (ctx or RunContext()).running(what or f"running the training step of {spec}"):
         try:
             yield
         except Exception as exc:  # noqa: BLE001

@@ -86,10 +86,10 @@ def result_of(report, release: str) -> ReleaseResult:
                          len(report.rows))
 
 
-def scan_releases(options, releases: tuple[str, ...] | None = None) -> dict[str, ReleaseResult]:
+def scan_releases(options, releases: tuple[str, ...] | None = None, ctx=None) -> dict[str, ReleaseResult]:
     """{release: ReleaseResult} for `options` (a ScanOptions; its torch_version is ignored, the memory estimate is
     off) and every release in `releases` (default: every release the knowledge base holds), from as few traces as
-    the releases' answers allow (see the module docstring)."""
+    the releases' answers allow (see the module docstring); `ctx`: the run's RunContext (target/run.py)."""
     from opscan.knowledge import kb_releases, load_knowledge
     from opscan.scan import scan
 
@@ -100,10 +100,10 @@ def scan_releases(options, releases: tuple[str, ...] | None = None) -> dict[str,
         kb = load_knowledge(yaml_path=options.yaml_path, release=release, macos=options.macos)
         index = _serving(traced, kb)
         if index is None:
-            traced.append(_traced(replace(base, torch_version=release)))
+            traced.append(_traced(replace(base, torch_version=release), ctx))
             index = len(traced) - 1
         prepared, seconds = traced[index]
-        report = scan(replace(base, torch_version=release), prepared=replace(prepared, kb=kb))
+        report = scan(replace(base, torch_version=release), prepared=replace(prepared, kb=kb), ctx=ctx)
         judged[release] = replace(result_of(report, release), trace=index, trace_seconds=seconds)
     return {release: replace(found, traces=len(traced)) for release, found in judged.items()}
 
@@ -117,10 +117,10 @@ def _serving(traced: list, kb) -> int | None:
     return next((i for i, (prepared, _) in enumerate(traced) if answers_equal(prepared.trace.asked, release)), None)
 
 
-def _traced(options) -> tuple[Any, float]:
+def _traced(options, ctx) -> tuple[Any, float]:
     """The target loaded afresh and its step traced for options.torch_version (scan.prepare), with the seconds."""
     from opscan.scan import prepare
 
     start = time.perf_counter()
-    prepared = prepare(options)
+    prepared = prepare(options, ctx)
     return prepared, time.perf_counter() - start

@@ -35,8 +35,9 @@ def options_for(model: ZooModel, fake: bool):
 
 def run_model(model_dict: dict[str, Any], releases: tuple[str, ...] | None) -> dict[str, Any]:
     """Scan one model (ZooModel.to_dict) for `releases` (None: every release); its ModelResult as JSON."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from opscan.target.run import RunContext, offline
+
+    offline()
     if not os.environ.get("TORCH_LOGS"):  # torch's fake-tensor logger prints whole tracebacks of what the row says
         logging.getLogger("torch").setLevel(logging.CRITICAL + 1)
     model = ZooModel.from_dict(model_dict)
@@ -45,7 +46,7 @@ def run_model(model_dict: dict[str, Any], releases: tuple[str, ...] | None) -> d
     error = None
     for fake in tries:
         try:
-            results = _scan(model, fake, releases)
+            results = _scan(model, fake, releases, RunContext())  # one run per model
         except Exception as exc:  # noqa: BLE001 - a model that cannot be scanned is a row with its reason
             error = one_line(exc)  # the last try's reason: real tensors', when fake ones failed first
             continue
@@ -55,10 +56,10 @@ def run_model(model_dict: dict[str, Any], releases: tuple[str, ...] | None) -> d
     return ModelResult(model, (), time.perf_counter() - start, error, None).to_dict()
 
 
-def _scan(model: ZooModel, fake: bool, releases):
+def _scan(model: ZooModel, fake: bool, releases, ctx):
     from opscan.zoo.releases import scan_releases
 
-    return scan_releases(options_for(model, fake), tuple(releases) if releases else None)
+    return scan_releases(options_for(model, fake), tuple(releases) if releases else None, ctx)
 
 
 def _origin() -> str:

@@ -4,6 +4,7 @@ Pure data, no torch: reporters and the CLI read it; `to_dict()` is the report JS
 documented in the README and in opscan/schema/report-v2.json). Every section says what it rests on: a row
 its `source`, and so do the lane, graph, transfers, upgrade, memory, measurement and repro sections
 ("predicted" or "measured"); `mode` is predicted, measured (on mps) or simulated (a test double, tests only).
+assemble.py builds the Report from a scan's stages (opscan/scan.py calls it).
 """
 
 from __future__ import annotations

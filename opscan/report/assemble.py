@@ -1,0 +1,162 @@
+"""Report stage: the Report assembled from a scan's stages — its rows, its trace and MPS-view summaries, the
+assumptions and environment it rests on, and the graph, transfers and lane (opscan/scan.py composes the stages
+and calls `build_report`).
+
+Measured on MPS (or a test double of it), the step graph, its transfers and the lane are built from the
+measured verdicts of the MPS view's calls, never from the predicted ones; measured on cpu or cuda they stay
+predicted for MPS. Every section of the report says which (`source`, as every row does). torch is imported
+only inside `environment()`.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from collections import Counter
+from typing import Any
+
+from opscan import __version__
+from opscan.report import Report, RowUse, count_phases, disagreements, make_row, measured_rows
+from opscan.verdict import Classification, Source
+
+
+def build_report(prepared, model: str, predicted: list, memory, measurement) -> Report:
+    """The Report of `model` (the TARGET as given): rows from the predictions (with their measurements), and the
+    graph, transfers and lane from the verdicts that stand for MPS — the measured ones when the measurement
+    does, else the predicted ones. `prepared`: scan.Prepared (the knowledge base, target, trace and view)."""
+    from opscan.predict.calls import decided_by
+    from opscan.predict.history import since_and_upgrade, with_since
+
+    kb, target, trace, view = prepared.kb, prepared.target, prepared.trace, prepared.view
+    since, upgrade = since_and_upgrade(view, predicted, kb, prepared.caches)
+    rows = tuple(make_row(use, with_since(found, since.get((use.op, use.dtypes)), kb.release))
+                 for use, found in collect_rows(view, predicted))
+    verdicts, source = [v.verdict for v in predicted], Source.PREDICTED
+    if measurement is not None:
+        rows = measured_rows(rows, measurement.rows, measurement.stands_for_mps)
+        if measurement.stands_for_mps:
+            verdicts, source = list(measurement.call_verdicts), Source.MEASURED
+    summary = trace_summary(trace)
+    summary.update(mps_view_calls=len(view), decided_by=dict(Counter(decided_by(v) for v in predicted)),
+                   mps_view=view_summary(trace, view), fake=target.fake is not None)
+    summary["notes"][:0] = [target.fake.reason] if target.fake is not None else []
+    return Report(
+        opscan_version=__version__, kb_version=kb.kb_version, model=model, model_name=target.name,
+        mode=_mode(measurement), assumptions=_assumptions(trace.torch_version, kb, measurement),
+        environment=environment(), phases=count_phases(trace.calls), rows=rows, trace=summary,
+        modules=trace.modules, upgrade={**upgrade.to_dict(), "source": Source.PREDICTED.value},
+        memory={**memory, "source": Source.PREDICTED.value} if memory else None,
+        measurement=None if measurement is None else {**measurement.section, "disagreements": disagreements(rows)},
+        **graph_stage(trace, view, verdicts, rows, memory, source, prepared.graphs),
+    )
+
+
+def _mode(measurement) -> str:
+    if measurement is None or not measurement.stands_for_mps:
+        return "predicted"
+    return "simulated" if measurement.where.simulated else "measured"
+
+
+def graph_stage(trace, view, verdicts, rows, memory: dict[str, Any] | None = None,
+                source: Source = Source.PREDICTED, graphs: dict | None = None) -> dict[str, Any]:
+    """The step graph, its transfers and the lane they help decide, all from `verdicts` (one per MPS-view call,
+    predicted or measured as `source` says): the Report's keyword arguments. `graphs` keeps `trace`'s graphs
+    (with their transfers) by verdicts: a scan of the same trace for another release with the same verdicts
+    reuses one (a graph is a function of the trace, its view and the verdicts alone)."""
+    from opscan.graph.build import build_graph
+    from opscan.graph.views import graph_section
+    from opscan.graph.lanes import decide_lane, transfer_reasons
+    from opscan.graph.transfers import account, regions, transfer_section
+
+    graphs = {} if graphs is None else graphs
+    if (key := tuple(verdicts)) not in graphs:
+        graphs[key] = build_graph(trace, view, verdicts)
+        graphs[key].graph["transfers"] = account(graphs[key])  # per-call copies for the GraphML export
+    g = graphs[key]
+    transfers = g.graph["transfers"]
+    findings = sorted((i for i, r in enumerate(rows) if r.verdict.rank > 0), key=lambda i: -rows[i].verdict.rank)
+    lane = decide_lane(rows, transfer_reasons(transfers, rows), (memory or {}).get("lane"), source)
+    return {"lane": lane, "step_graph": g,
+            "graph": {**graph_section(g, transfers, findings), "source": source.value},
+            "transfers": {**transfer_section(transfers, regions(g, transfers)), "source": source.value}}
+
+
+def collect_rows(view, verdicts) -> list[tuple[RowUse, Classification]]:
+    """Group MPS-view calls by (OpKey, input dtypes) in first-seen order; the worst verdict wins."""
+    groups: dict[tuple, list] = {}
+    for call, found in zip(view, verdicts):
+        groups.setdefault((call.op, call.dtypes), []).append((call, found))
+    return [(_use(op, dtypes, [c for c, _ in group]), max((f for _, f in group), key=lambda f: f.verdict.rank))
+            for (op, dtypes), group in groups.items()]
+
+
+def _use(op, dtypes, calls) -> RowUse:
+    shapes = tuple(dict.fromkeys(c.inputs[0].shape for c in calls if c.inputs and -1 not in c.inputs[0].shape))
+    return RowUse(
+        op=op, dtypes=dtypes, cpu_op=next((c.cpu_op for c in calls if c.cpu_op), None),
+        phases=tuple(dict.fromkeys(c.phase for c in calls)),
+        modules=tuple(dict.fromkeys(c.module for c in calls)), calls=len(calls), shapes=shapes[:3],
+    )
+
+
+def trace_summary(trace) -> dict[str, Any]:
+    """Counts and fx status for the report's `trace` section."""
+    work = [c for c in trace.calls if not c.bookkeeping and c.parent is None]
+    return {
+        "calls": len(work),
+        "bookkeeping_calls": sum(1 for c in trace.calls if c.bookkeeping),
+        "callee_calls": sum(1 for c in trace.calls if c.parent is not None),
+        "step": trace.mode,
+        "device": trace.device,
+        "module_attributed_calls": sum(1 for c in work if c.module_source != "none"),
+        "fx": {"traced": trace.fx.traced, "reason": trace.fx.reason, "nodes": trace.fx.nodes},
+        "notes": list(trace.notes),
+    }
+
+
+def view_summary(trace, view) -> list[dict[str, Any]]:
+    """How the MPS view differs from the CPU trace: one entry per rewrite rule and mode."""
+    counts = Counter((c.rule, "replace") for c in view if c.rule)
+    counts.update((g.rule, "steer") for g in trace.groups if g.mode == "steer")
+    from opscan.mps_view import VIEW_RULES
+
+    sources = {**VIEW_RULES, **{g.rule: (g.condition, g.source) for g in trace.groups}}
+    return [{"rule": rule, "mode": mode, "calls": n, "condition": sources[rule][0], "source": sources[rule][1]}
+            for (rule, mode), n in counts.items()]
+
+
+def _assumptions(torch_version: str, kb, measurement=None) -> dict[str, Any]:
+    measured_on = {} if measurement is None else {"measured_on": measurement.where.label}
+    return {
+        "torch_release": kb.release,
+        "installed_torch": torch_version,
+        "macos": ".".join(map(str, kb.macos)),
+        "macos_source": kb.macos_source,
+        "kb_entry": kb.origin if kb.entry is None else f"{kb.origin}: releases/{kb.entry}",
+        "notes": list(kb.notes) + _what_if(torch_version, kb),
+        "chip": "any Apple Silicon (M1 or newer)",
+        "fallback_env": "unset",
+        **measured_on,
+    }
+
+
+def _what_if(torch_version: str, kb) -> list[str]:
+    if kb.release == torch_version.split("+", 1)[0]:
+        return []
+    return [f"what-if: the step was traced with the installed torch {torch_version} and judged against torch "
+            f"{kb.release}'s knowledge; decompositions and the MPS view can differ between releases"]
+
+
+def environment() -> dict[str, Any]:
+    """Where this scan ran."""
+    import torch
+
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "torch": str(torch.__version__),
+        "torch_git": getattr(torch.version, "git_version", None),
+        "mps_built": bool(torch.backends.mps.is_built()),
+        "mps_available": bool(torch.backends.mps.is_available()),
+    }
