@@ -3,7 +3,9 @@
 Real runs on the CPU: examples/accept_cpu_layer.py (a head kept on the CPU: its `.cpu()` is reported with
 hand-computed bytes and its module, and the lane is not mac-first) and torchvision's resnet18 (everything on
 the CPU, no transfer, mac-first). The MPS fallback is a SIMULATED test double: custom ops on the CPU that
-emit exactly PyTorch's fallback warning, once per process unless warn-always is on, as MPSFallback.mm does.
+emit exactly PyTorch's fallback warning, once per process unless warn-always is on, as MPSFallback.mm does (one
+TORCH_WARN_ONCE call site for every op: the first op to fall back warns, later ones — other ops too — are silent;
+tests/simulated_mps behaves the same).
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from tests.conftest import EXAMPLES
 FALLBACK_TEXT = ("The operator '{}' is not currently supported on the MPS backend and will fall back to run on "
                  "the CPU. This may have performance implications. (Triggered internally at "
                  "/Users/runner/work/pytorch/aten/src/ATen/mps/MPSFallback.mm:14.)")
-_WARNED: set[str] = set()  # the double's TORCH_WARN_ONCE state
+_ONCE = {"warned": False}  # the double's TORCH_WARN_ONCE state: one flag per process, whatever the op
 
 
 def _simulated_fallback(op: str) -> None:
-    """SIMULATED: PyTorch's fallback warning, warn-once per process unless torch.set_warn_always(True)."""
-    if torch.is_warn_always_enabled() or op not in _WARNED:
-        _WARNED.add(op)
+    """SIMULATED: PyTorch's fallback warning, once per process (naming the first op that fell back) unless
+    torch.set_warn_always(True)."""
+    if torch.is_warn_always_enabled() or not _ONCE["warned"]:
+        _ONCE["warned"] = True
         warnings.warn(FALLBACK_TEXT.format(op), UserWarning, stacklevel=2)
 
 
@@ -180,6 +183,24 @@ def test_resnet18_runs_entirely_on_the_cpu_and_is_mac_first():
     assert placement.memory[3]["tensor_bytes"] >= 3 * params
 
 
+def test_the_simulated_fallback_warning_is_warn_once_per_process(recwarn):
+    # as MPSFallback.mm's TORCH_WARN_ONCE (one call site for every op) and tests/simulated_mps: a second op that
+    # falls back is silent too, until warn-always is on
+    previous, state = torch.is_warn_always_enabled(), dict(_ONCE)
+    try:
+        torch.set_warn_always(False)
+        _ONCE["warned"] = False  # a fresh process
+        for op in ("aten::take", "aten::put_", "aten::take"):
+            _simulated_fallback(op)
+        assert [str(w.message) for w in recwarn] == [FALLBACK_TEXT.format("aten::take")]
+        torch.set_warn_always(True)
+        _simulated_fallback("aten::put_")
+        assert [str(w.message) for w in recwarn][1:] == [FALLBACK_TEXT.format("aten::put_")]
+    finally:
+        torch.set_warn_always(previous)
+        _ONCE.update(state)
+
+
 CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))
 
 
@@ -187,7 +208,7 @@ CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available
 def test_simulated_fallbacks_are_counted_per_op_module_and_phase(device):
     torch.manual_seed(0)
     model, x = FallbackNet().to(device), torch.randn(3, 4, device=device)
-    _WARNED.update({"aten::take", "aten::put_"})  # warn-once: the process has warned before the run
+    _ONCE["warned"] = True  # warn-once: the process has warned before the run (for whatever op)
     with pytest.warns(UserWarning, match="an unrelated warning") as others:
         placement = _run(model, x, iterations=3, device=device)
     assert not torch.is_warn_always_enabled()  # restored

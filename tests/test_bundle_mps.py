@@ -2,8 +2,10 @@
 (tests/simulated_mps, tests only): both fallback passes reach the results, the repro scripts of the predicted
 findings run after the probes with their output and exit code journaled, and merge — with no MPS here — gives a
 report whose differences from the prediction are printed first, that says it was simulated, and whose ISSUE.md
-files show the real outputs. run.sh cannot select a test double (no variable, no flag): the runner's Python API
-(remote.run) is called with it, from the bundle's own vendored sources, as run.sh would run them."""
+files show the real outputs — here, off a Mac, the scripts cannot run (exit 2, "cannot run here": no MPS), and
+ISSUE.md says so instead of presenting that as the output on MPS. run.sh cannot select a test double (no variable,
+no flag): the runner's Python API (remote.run) is called with it, from the bundle's own vendored sources, as run.sh
+would run them."""
 
 from __future__ import annotations
 
@@ -13,12 +15,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 from opscan.cli import main
 
 from conftest import TARGETS
 
 TESTS = Path(__file__).resolve().parent
 TARGET = f"{TARGETS}/fallback_heavy.py:build_model"
+# what each repro script prints first: the op and its dtypes (the probe's), the device, torch, the variable (unset:
+# the runner clears it for the scripts)
+REPRO_HEADS = {"repro/aten_take/repro_1.py": "repro of aten::take [float32, int64] on mps",
+               "repro/aten_put_/repro_1.py": "repro of aten::put_ [float32, int64, float32] on mps"}
+NO_MPS = "cannot run here: MPS is not available on this machine (it needs a Mac with Apple Silicon)"
 # the bundle's runner (remote.run, what run.sh starts) on the simulator: argv[1] the bundle, argv[2] the script
 RUN_SIMULATED = f"""
 import json, sys
@@ -52,6 +61,7 @@ def test_mps_bundle_on_the_simulated_backend_merges_measured_with_differences_fi
     assert [{"script": e["script"], "probe": e["probe"]} for e in repro] == manifest["repro"]
     assert all(e["output"] for e in repro)
     assert all(isinstance(e["exit_code"], int) for e in repro)
+    _check_script_runs(repro)
 
     capsys.readouterr()
     merged = tmp_path / "merged"
@@ -80,11 +90,30 @@ def test_mps_bundle_on_the_simulated_backend_merges_measured_with_differences_fi
     for op, finding_calls in _first_calls(json.loads((merged / "report.json").read_text())).items():
         issue = (merged / "repro" / op.replace("::", "_") / "ISSUE.md").read_text()
         line = by_probe.get(finding_calls)
-        if line is not None:
+        if line is not None and line["exit_code"] != 2:
             assert f"Output on {line['device']} (exit code {line['exit_code']})" in issue
             assert line["output"].strip() in issue, op
             shown += 1
+        elif line is not None:  # "cannot run here" is not the op's output on MPS: ISSUE.md says it did not run
+            assert "Output on mps" not in issue, issue
+            assert ("Not run on mps: the script could not run where the bundle ran (exit code 2, cannot run here), "
+                    "so this is no output of the op; it said why:\n\n```\n" + line["output"].strip() + "\n```"
+                    ) in issue, issue
+            assert "(Predicted by opscan from PyTorch's MPS kernel tables" in issue  # nothing ran on MPS
+            shown += 1
     assert shown >= 1
+
+
+def _check_script_runs(repro: list[dict]) -> None:
+    """Each script's journaled run, to the letter: which op it ran, with what, and (off a Mac) why it could not."""
+    assert {e["script"] for e in repro} == set(REPRO_HEADS) and all(e["device"] == "mps" for e in repro)
+    for e in repro:
+        head = f"{REPRO_HEADS[e['script']]} · torch {torch.__version__} · PYTORCH_ENABLE_MPS_FALLBACK=unset\n"
+        assert e["output"].startswith(head), e["output"]
+        if not torch.backends.mps.is_available():  # off a Mac: the script refuses, exit 2, and says why
+            assert (e["exit_code"], e["output"]) == (2, head + NO_MPS + "\n"), e
+        else:  # on a Mac the scripts run the op for real
+            assert e["exit_code"] in (0, 1), e
 
 
 def _first_calls(report: dict) -> dict[str, str]:

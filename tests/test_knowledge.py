@@ -39,19 +39,32 @@ def raw_entries(kb):
 # --- native_functions.yaml -------------------------------------------------------------------
 
 
-@pytest.mark.skipif(INSTALLED != "2.14.1", reason=f"counts are for torch 2.14.1, installed {INSTALLED}")
-def test_mps_kernels_on_2_14_1_are_549_explicit_plus_363_inherited(kb):
+# Each release's counts come from its shipped knowledge-base entry, so they are checked under whatever torch is
+# installed (CI's pytest venv has 2.14.1; its 2.13.0 venv checks that wheel against its entry: .ci/run).
+def test_mps_kernels_on_2_14_1_are_549_explicit_plus_363_inherited():
     # mps_facts.md §2: 914 MPS registrations in the 2.14.1 dylib = 912 from the yaml
     # (549 explicit + 363 via structured_delegate) + embedding_renorm_ + _slow_conv2d_forward.
-    explicit, inherited = kb.yaml.mps_counts()
+    explicit, inherited = load_knowledge(release="2.14.1").yaml.mps_counts()
     assert (explicit, inherited) == (549, 363)
     assert explicit + inherited == 912
 
 
-@pytest.mark.skipif(INSTALLED != "2.13.0", reason=f"counts are for torch 2.13.0, installed {INSTALLED}")
-def test_mps_kernels_on_2_13_0_are_533_explicit_plus_357_inherited(kb):
+def test_mps_kernels_on_2_13_0_are_533_explicit_plus_357_inherited():
     # measured by this index on the 2.13.0+cpu wheel (its yaml is byte-identical to macOS's).
-    assert kb.yaml.mps_counts() == (533, 357)
+    assert load_knowledge(release="2.13.0").yaml.mps_counts() == (533, 357)
+
+
+def test_the_installed_wheel_counts_what_its_release_entry_says(kb):
+    """Whatever torch is installed: the knowledge base for it is its shipped entry (the wheel's yaml is the one the
+    entry was built from) and counts what the wheel's own files count; a release with no entry is built live."""
+    from opscan.knowledge.build import read_installed
+    from opscan.knowledge.entry import load_store
+    from opscan.knowledge.optable import OpTable
+
+    live = OpTable.from_records(read_installed().records(), "installed", "installed").mps_counts()
+    assert kb.release == INSTALLED and kb.yaml.mps_counts() == live
+    has_entry = load_store().line(INSTALLED) is not None
+    assert (kb.origin, kb.entry is not None) == (("kb", True) if has_entry else ("live", False)), kb.notes
 
 
 def test_cia_with_mps_holds_the_known_super_ops(kb):

@@ -21,6 +21,15 @@ from helpers_trace import run_trace
 from simulated_mps import FLOAT64_TEXT, fallback_warning_text, not_implemented_text
 
 
+@pytest.fixture(autouse=True)
+def _warn_always_restored():
+    """The worker turns torch's warn-always on for its process (worker.run_one); run here, in pytest's process, it
+    must not leak into later tests (test_accept_placement checks that its recorder restores the setting)."""
+    previous = torch.is_warn_always_enabled()
+    yield
+    torch.set_warn_always(previous)
+
+
 def test_argspec_encodes_every_kind_of_argument():
     x, idx = torch.randn(2, 3), torch.tensor([0, 2])
     spec = encode((x, [None, idx], 3, 2.5, float("inf"), 1 + 2j, True, "mean"),

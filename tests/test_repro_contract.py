@@ -2,6 +2,8 @@
 
 - `render_files(real_outputs=...)` is keyed by probe id: tricky's aten::copy_ has two calls in one finding,
   and swapping their order (so repro_1.py is the other call) still shows each output with its own call;
+- a real run that exited 2 "cannot run here" (a bundle for MPS run off a Mac) is not shown as the output on MPS:
+  ISSUE.md says it did not run and why, and keeps the verdict's "predicted" note;
 - a script whose setup fails (a dtype this torch lacks, recorded values that do not fit the shape) exits 2
   "cannot run here", never 1; inf/nan in a script's data compile (`float('inf')`) and the script runs;
 - the section's COMMAND, parsed by opscan's own parser, gives back the ScanOptions and ProbeOptions it came from;
@@ -66,6 +68,23 @@ def test_real_outputs_stay_with_their_call_when_scripts_swap_numbering(predicted
     assert "OUTPUT OF THE SECOND CALL" not in only_second and "(Not run on mps yet" in only_second
     by_path = render_files(report, real_outputs={"repro/aten_copy_/repro_1.py": _real("KEYED BY PATH")})
     assert "KEYED BY PATH" not in by_path[COPY_ISSUE]  # the old key is not a call
+
+
+def test_a_script_that_could_not_run_is_not_presented_as_the_output_on_mps(predicted):
+    report = _report(predicted)
+    first = _copy_calls(report)[0]["probe"]["id"]
+    said = ("repro of aten::copy_ [float32, float64] on mps · torch 2.14.1 · PYTORCH_ENABLE_MPS_FALLBACK=unset\n"
+            "cannot run here: MPS is not available on this machine (it needs a Mac with Apple Silicon)\n")
+    refused = {first: {"device": "mps", "exit_code": 2, "output": said, "environment": {"device": "mps"}}}
+    issue = render_files(report, real_outputs=refused)[COPY_ISSUE]
+    assert "Output on mps" not in issue
+    assert ("Not run on mps: the script could not run where the bundle ran (exit code 2, cannot run here), so this "
+            "is no output of the op; it said why:\n\n```\n" + said.strip() + "\n```\n") in issue
+    assert "(Paste the script's output on mps here.)" in issue  # a predicted report recorded no probe outcome
+    assert "(Predicted by opscan from PyTorch's MPS kernel tables for this release" in issue  # nothing confirmed it
+    ran = render_files(report, real_outputs={first: {**refused[first], "exit_code": 1}})[COPY_ISSUE]
+    assert "Output on mps (exit code 1):\n\n```\n" + said.strip() in ran and "Not run on mps" not in ran
+    assert "(Predicted by opscan" not in ran  # a script that ran on the device is the basis
 
 
 def test_collect_env_recorded_on_the_mac_fills_the_versions_block(predicted):
