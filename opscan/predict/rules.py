@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from opscan.predict.dtype_rules import CHECK_ON_MAC, complex_support, expected_failure, float64, release_limit
 from opscan.predict.dtype_rules import result as _result
-from opscan.predict.kernel_checks import CallArgs, kernel_check, with_limits
+from opscan.predict.runtime_checks import CallArgs, kernel_check, with_limits
 from opscan.knowledge import Knowledge
 from opscan.knowledge.facts import TorchvisionOp, version_tuple
 from opscan.knowledge.shape_rules import CHECKS
@@ -254,15 +254,16 @@ def predict_op(
     not known (a composite then gets `unknown`, never `native`). `args_note`: sizes some kernel
     checks need, keys documented in opscan.knowledge.shape_rules (build it with `note_from_shapes`).
     `cpu_op`: the op the CPU trace showed where the MPS view runs another (its OpInfo expectations count).
-    `args`: the call's arguments (predict.kernel_checks.call_args), read by the kernels' runtime checks; a
+    `args`: the call's arguments (predict.runtime_checks.call_args), read by the kernels' runtime checks; a
     row native from the yaml names the checks of its kernel that the prediction does not decide.
     """
     call = _Call(op, tuple(dtypes), kb, tuple(callees) if callees else None, args_note, cpu_op, args)
     for rule in _RULES:
         result = rule(call)
         if result is not None:
-            return with_limits(call, result) if result.evidence.rule in _KERNEL_RULES else result
+            return with_limits(call, result) if result.evidence.rule in _YAML_KERNEL_RULES else result
     return _no_kernel(call)
 
 
-_KERNEL_RULES = frozenset({"yaml-mps", "yaml-mps-delegate"})
+# native from native_functions.yaml: such a row also names its kernel's runtime checks the prediction leaves open
+_YAML_KERNEL_RULES = frozenset({"yaml-mps", "yaml-mps-delegate"})
