@@ -197,13 +197,13 @@ def test_every_script_carries_the_probe_comparison_byte_for_byte(predicted):
     tolerances, its elementwise/properties choice and PyTorch's fallback-warning text exist once)."""
     from importlib import resources
 
-    from opscan.probe import compare as probe_compare, comparison
+    from opscan.probe import comparison, protocol
 
     source = resources.files("opscan.probe").joinpath("comparison.py").read_bytes()
     scripts = {rel: text for rel, text in render_files(json.loads((predicted / "report.json").read_text())).items()
                if rel.endswith(".py")}
     assert scripts and all(source in text.encode("utf-8") for text in scripts.values())
-    assert probe_compare.comparison is comparison  # the worker's Comparison records come from the same functions
+    assert protocol.comparison is comparison  # the worker's Comparison records come from the same functions
     assert comparison.compare.__module__ == "opscan.probe.comparison"
 
 

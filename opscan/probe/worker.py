@@ -24,8 +24,8 @@ import warnings
 
 import torch
 
-from opscan.probe import backends, compare, comparison, replay, shrink
-from opscan.probe.protocol import VERSION, PassOutcome, ProbeCall, dumps, loads, read_setup
+from opscan.probe import backends, comparison, replay, shrink
+from opscan.probe.protocol import VERSION, Comparison, PassOutcome, ProbeCall, dumps, loads, read_setup
 from opscan.probe.texts import fallback_ops
 
 MESSAGE_LIMIT = 4000
@@ -139,9 +139,9 @@ def _host(value):
 
 def _compare(call, func, got, reference):
     if isinstance(reference, str):
-        return compare.unchecked(reference)
+        return Comparison.without_reference(reference)
     outputs, label = reference
-    return compare.compare(func, got, outputs, [t.dtype for t in call.tensors], label)
+    return Comparison.of_outputs(func, got, outputs, [t.dtype for t in call.tensors], label)
 
 
 def _message(exc: BaseException) -> str:
