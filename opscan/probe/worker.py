@@ -25,6 +25,7 @@ import warnings
 import torch
 
 from opscan.probe import backends, comparison, replay, shrink
+from opscan.probe.rebuild import BuildError, collect
 from opscan.probe.protocol import VERSION, Comparison, PassOutcome, ProbeCall, dumps, loads, read_setup
 from opscan.probe.texts import fallback_ops
 
@@ -64,13 +65,13 @@ def run_one(call: ProbeCall, pass_name: str, backend) -> PassOutcome:
     try:
         func = replay.resolve(call.op)
         used, tensors, reference, shapes = _prepare(call, func)
-    except replay.BuildError as exc:
+    except BuildError as exc:
         return PassOutcome(call.id, pass_name, "unbuildable", "BuildError", str(exc))
     got, error, caught = _run_on_device(used, func, tensors, backend)
     seen = fallback_ops(caught)
     common = dict(warnings=tuple(w[:MESSAGE_LIMIT] for w in caught[:20]), fallback_seen=bool(seen),
                   extra={"fallback_ops": seen, "shapes": shapes})
-    if isinstance(error, replay.BuildError):  # an argument that cannot be decoded here
+    if isinstance(error, BuildError):  # an argument that cannot be decoded here
         return PassOutcome(call.id, pass_name, "unbuildable", "BuildError", str(error))
     if error is not None:
         return PassOutcome(call.id, pass_name, "raised", type(error).__name__, _message(error),
@@ -89,7 +90,7 @@ def _prepare(call: ProbeCall, func):
         capped = shrink.apply(call)
         try:
             tensors = replay.build(capped, func)
-        except replay.BuildError:
+        except BuildError:
             tensors = None
         reference = _reference(capped, func, tensors) if tensors is not None else None
         if isinstance(reference, tuple):
@@ -110,7 +111,7 @@ def _reference(call, func, tensors):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 args, kwargs = replay.materialize(call, tensors, "cpu", wide=wide)
-                return replay.collect(func, func(*args, **kwargs), args, kwargs), label
+                return collect(func, func(*args, **kwargs), args, kwargs), label
         except Exception as exc:  # noqa: BLE001 - this reference cannot run: try the next one
             why = f"{type(exc).__name__}: {_message(exc)[:300]}"
     return why
@@ -125,7 +126,7 @@ def _run_on_device(call, func, tensors, backend):
             args, kwargs = replay.materialize(call, tensors, backend.device, wide=False)
             out = backend.call(func, args, kwargs)
             backend.sync()
-            got = [_host(v) for v in replay.collect(func, out, args, kwargs)]
+            got = [_host(v) for v in collect(func, out, args, kwargs)]
             backend.sync()
             error = None
         except Exception as exc:  # noqa: BLE001 - the op's failure is the measurement
