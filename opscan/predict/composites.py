@@ -19,7 +19,7 @@ from opscan.knowledge import Knowledge
 from opscan.knowledge.composites import Composites, load_composites
 from opscan.opkey import OpKey
 from opscan.predict.dtype_rules import CHECK_ON_MAC, result
-from opscan.predict.rules import predict_op
+from opscan.predict.rules import predict_op, worst_decides
 from opscan.verdict import Classification, Verdict
 
 COPY = "copy_"
@@ -73,12 +73,8 @@ def _branched(branch, kb: Knowledge, memo: dict, stack) -> Classification:
     judged = [(op, v) for op in runs if (v := _judge(op.yaml_name, kb, memo, stack)) is not None]
     if not judged:
         return plain_status(branch.op, kb)
-    callee, worst = max(judged, key=lambda p: p[1].verdict.rank)
-    named = ", ".join(f"{op} ({v.verdict})" for op, v in judged)
-    text = (f"for MPS input {branch.op} dispatches {named} ({branch.condition}); the worst, {callee}, decides "
-            f"for torch {kb.release}")
-    source = " + ".join(dict.fromkeys((branch.source, worst.evidence.source)))
-    return result(worst.verdict, "mps-device-branch", text, source, worst.remedy)
+    return worst_decides(judged, "mps-device-branch", f"for MPS input {branch.op} dispatches ",
+                         f" ({branch.condition})", branch.source, kb.release)
 
 
 def _generated(op: OpKey, entry, origin: Classification, kb: Knowledge) -> Classification:
@@ -135,9 +131,5 @@ def _worst(op: OpKey, kb: Knowledge, recorded: Composites, judged) -> Classifica
         text = (f"{op} is {kind}; sample {sample} shows it dispatches no other op (a view: only tensor metadata), "
                 f"torch {kb.release}")
         return result(Verdict.NATIVE, "composite-samples", text, recorded.source)
-    callee, worst = max(pairs, key=lambda p: p[1].verdict.rank)
-    named = ", ".join(f"{c} ({v.verdict})" for c, v in pairs)
-    text = (f"{op} is {kind} in {kb.yaml_source}; sample {sample} calls {named}; the worst, {callee}, decides for "
-            f"torch {kb.release}")
-    source = " + ".join(dict.fromkeys((recorded.source, worst.evidence.source)))
-    return result(worst.verdict, "composite-samples", text, source, worst.remedy)
+    return worst_decides(pairs, "composite-samples", f"{op} is {kind} in {kb.yaml_source}; sample {sample} calls ",
+                         "", recorded.source, kb.release)

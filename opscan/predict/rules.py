@@ -189,14 +189,19 @@ def _composite(c: _Call) -> Classification | None:
         text = (f"{c.op} is {kind} in {c.kb.yaml_source}: a composite whose callees were "
                 f"not found, so its verdict for torch {c.release} is not known")
         return _result(Verdict.UNKNOWN, "composite-no-callees", text, c.kb.yaml_source, CHECK_ON_MAC)
-    seen = list(dict.fromkeys(c.callees))
-    results = [predict_op(op, dtypes, c.kb) for op, dtypes in seen]
-    worst = max(range(len(seen)), key=lambda i: results[i].verdict.rank)
-    named = ", ".join(f"{op} ({r.verdict})" for (op, _), r in zip(seen, results))
-    text = (f"{c.op} is {kind} in {c.kb.yaml_source}; composite; callees: {named}; "
-            f"the worst, {seen[worst][0]}, decides for torch {c.release}")
-    source = " + ".join(dict.fromkeys((c.kb.yaml_source, results[worst].evidence.source)))
-    return _result(results[worst].verdict, "composite-callees", text, source, results[worst].remedy)
+    judged = [(op, predict_op(op, dtypes, c.kb)) for op, dtypes in dict.fromkeys(c.callees)]
+    return worst_decides(judged, "composite-callees", f"{c.op} is {kind} in {c.kb.yaml_source}; composite; callees: ",
+                         "", c.kb.yaml_source, c.release)
+
+
+def worst_decides(judged, rule: str, before: str, after: str, base_source: str, release: str) -> Classification:
+    """The worst of `judged` ((callee, Classification) pairs; the first on a tie) decides: its verdict and remedy,
+    every callee named "op (verdict)" between `before` and `after`, its source beside `base_source`."""
+    callee, worst = max(judged, key=lambda pair: pair[1].verdict.rank)
+    named = ", ".join(f"{op} ({found.verdict})" for op, found in judged)
+    text = f"{before}{named}{after}; the worst, {callee}, decides for torch {release}"
+    source = " + ".join(dict.fromkeys((base_source, worst.evidence.source)))
+    return _result(worst.verdict, rule, text, source, worst.remedy)
 
 
 def _earlier_path(c: _Call) -> Classification | None:
