@@ -11,7 +11,7 @@ import yaml
 
 from opscan.knowledge import KnowledgeError, default_yaml_path, installed_release, load_knowledge
 from opscan.knowledge.common_mps import installed_path, load_common_mps, opinfo_candidates
-from opscan.knowledge.facts import load_facts, load_torchvision, parse_facts, series_of
+from opscan.knowledge.facts import load_facts, load_torchvision, parse_facts
 from opscan.knowledge.shape_rules import (
     adaptive_pool_divisible,
     adaptive_pool_same_direction,
@@ -19,7 +19,7 @@ from opscan.knowledge.shape_rules import (
 )
 from opscan.knowledge.sources import op_record
 from opscan.knowledge.yaml_index import essential_lines, index_entries
-from opscan.opkey import OpKey
+from opscan.opkey import OpKey, Release
 
 INSTALLED = installed_release()
 K = OpKey.parse
@@ -210,9 +210,20 @@ def test_bad_facts_fail_fast(breakage, message):
 
 
 def test_series_parsing():
-    assert series_of("2.14.1+cu130") == "2.14" and series_of("2.10") == "2.10"
+    assert Release.parse("2.14.1+cu130").series == "2.14" and Release.parse("2.10").series == "2.10"
     with pytest.raises(ValueError):
-        series_of("nightly")
+        Release.parse("nightly")
+
+
+def test_a_release_parses_compares_and_prints_in_one_place():
+    local = Release.parse("2.14.1+cu130")
+    assert (local.numbers, local.local, local.plain, str(local)) == ((2, 14, 1), "cu130", "2.14.1", "2.14.1+cu130")
+    assert local == Release.parse("2.14.1") and local.series_key == (2, 14)  # the suffix never orders
+    assert sorted(["2.10.0", "2.9.1", "2.10", "2.0.0"], key=Release.parse) == ["2.0.0", "2.9.1", "2.10", "2.10.0"]
+    assert Release.drop_local("2.15.0a0+git1234") == "2.15.0a0"  # an installed dev build: stripped, not judged
+    for bad in ("2", "2.x", "nightly", "2.14.1rc1", ""):
+        with pytest.raises(ValueError, match="not a torch release"):
+            Release.parse(bad)
 
 
 # --- torchvision.yaml ------------------------------------------------------------------------

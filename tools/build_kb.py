@@ -29,7 +29,8 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from opscan.knowledge.build import Plan, plan_entry, read_installed, read_wheel  # noqa: E402
-from opscan.knowledge.entry import RELEASES_DIR, format_index, load_store, release_key  # noqa: E402
+from opscan.knowledge.entry import RELEASES_DIR, format_index, load_store  # noqa: E402
+from opscan.opkey import Release  # noqa: E402
 
 PLATFORMS = ("macosx_14_0_arm64", "macosx_11_0_arm64")
 
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kb-dir", default=RELEASES_DIR, help="the releases folder (default: the package's)")
     p.add_argument("--check", action="store_true", help="compare with the shipped entry instead of writing")
     args = p.parse_args(argv)
-    release_key(args.release)  # ValueError on a malformed release
+    Release.parse(args.release)  # ValueError on a malformed release
     kb_dir = os.path.abspath(args.kb_dir)
     result = plan(args, kb_dir)
     return check(result, kb_dir) if args.check else write(result, kb_dir) or 0

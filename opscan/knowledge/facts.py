@@ -19,7 +19,7 @@ from types import MappingProxyType
 import yaml
 
 from opscan.knowledge.shape_rules import CHECKS
-from opscan.opkey import OpKey
+from opscan.opkey import OpKey, Release
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FACTS_PATH = os.path.join(HERE, "facts.yaml")
@@ -27,20 +27,6 @@ TORCHVISION_PATH = os.path.join(HERE, "torchvision.yaml")
 _SERIES = re.compile(r"^\d+\.\d+$")
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # same constructors as safe_load, in C
 _PER_RELEASE = ("always_cpu", "python_registrations", "min_macos")
-
-
-def series_of(release: str) -> str:
-    """"2.14.1" / "2.14.1+cu130" / "2.14" -> "2.14"."""
-    parts = release.split("+", 1)[0].split(".")
-    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
-        raise ValueError(f"not a torch release: {release!r}")
-    return f"{int(parts[0])}.{int(parts[1])}"
-
-
-def version_tuple(release: str) -> tuple[int, int]:
-    """"2.14.1" -> (2, 14), for ordering release series."""
-    major, minor = series_of(release).split(".")
-    return int(major), int(minor)
 
 
 @dataclass(frozen=True)
@@ -133,14 +119,14 @@ class Facts:
 
     def for_release(self, release: str) -> ReleaseFacts:
         """The facts for `release`'s series; ValueError when the series is unknown."""
-        s = series_of(release)
+        s = Release.parse(release).series
         if s not in self.series:
             raise ValueError(f"no MPS facts for torch {release}; known series: {', '.join(self.series)}")
         return _release_facts(self, s)
 
     def always_cpu_until(self, op: OpKey, release: str) -> str | None:
         """The first known series after `release` whose always-CPU list lacks `op`, or None."""
-        later = [s for s in self.series if version_tuple(s) > version_tuple(release)]
+        later = [s for s in self.series if _series_key(s) > _series_key(release)]
         return next((s for s in later if op not in dict(self.sections["always_cpu"][s])), None)
 
 
@@ -233,10 +219,10 @@ def parse_facts(raw: dict) -> Facts:
         "dtype_limits": _shape_sections(raw.get("dtype_limits", []), _dtype_limit),
         "earlier_paths": _shape_sections(raw.get("earlier_paths", []), _earlier_path),
     }
-    series = tuple(sorted(sections["always_cpu"], key=version_tuple))
+    series = tuple(sorted(sections["always_cpu"], key=_series_key))
     for name in _PER_RELEASE:
         if set(sections[name]) != set(series):
-            covered = sorted(sections[name], key=version_tuple)
+            covered = sorted(sections[name], key=_series_key)
             raise ValueError(f"facts.yaml: {name} covers {covered}, always_cpu {list(series)}")
     distributed = raw["distributed"]
     _require(distributed, ("namespace", "error_since", "message", "source"), "distributed")
@@ -252,7 +238,7 @@ def _release_facts(facts: Facts, s: str) -> ReleaseFacts:
     """Assemble the facts of one known series."""
     sec = facts.sections
     dist = facts.distributed
-    broken = version_tuple(s) >= version_tuple(dist["error_since"])
+    broken = _series_key(s) >= _series_key(dist["error_since"])
     macos, macos_source = sec["min_macos"][s]
     return ReleaseFacts(
         series=s,
@@ -304,3 +290,7 @@ def load_facts(path: str = FACTS_PATH) -> Facts:
 def load_torchvision(path: str = TORCHVISION_PATH) -> Mapping[OpKey, TorchvisionOp]:
     """Load and validate torchvision.yaml (cached)."""
     return parse_torchvision(_read(path))
+
+
+def _series_key(release: str) -> tuple[int, int]:
+    return Release.parse(release).series_key

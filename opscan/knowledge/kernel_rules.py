@@ -29,6 +29,8 @@ from types import MappingProxyType
 
 import yaml
 
+from opscan.opkey import Release
+
 RULES_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_rules.yaml")
 VERDICTS = ("error", "unsupported_dtype")
 _NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.Compare, ast.Eq,
@@ -278,14 +280,13 @@ class Limits:
 
 def release_limits(release: str) -> Limits | None:
     """The Limits of `release` (the newest release read when it is newer than the file; None without it)."""
-    from opscan.knowledge.entry import release_key
     from opscan.knowledge.kernel_checks import load_checks
 
     checks = load_checks()
     if checks is None or not checks.releases:
         return None
     read = release if release in checks.releases else None
-    if read is None and release_key(release) > release_key(checks.releases[-1]):
+    if read is None and Release.parse(release) > Release.parse(checks.releases[-1]):
         read = checks.releases[-1]
     if read is None:
         return None

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from opscan.knowledge import Knowledge, load_knowledge
-from opscan.knowledge.entry import load_store, release_key
-from opscan.knowledge.facts import series_of
+from opscan.knowledge.entry import load_store
+from opscan.opkey import Release
 from opscan.verdict import Classification, Verdict
 
 RowKey = tuple  # (OpKey, dtypes)
@@ -55,9 +55,9 @@ def release_groups() -> tuple[ReleaseGroup, ...]:
     """Covered releases grouped by (entry, series), oldest first."""
     groups: dict[tuple[str, str], list[str]] = {}
     for line in load_store().index:
-        groups.setdefault((line.entry, series_of(line.release)), []).append(line.release)
-    ordered = sorted(groups.values(), key=lambda rs: release_key(rs[0]))
-    return tuple(ReleaseGroup(rs[0], max(rs, key=release_key), tuple(rs)) for rs in ordered)
+        groups.setdefault((line.entry, Release.parse(line.release).series), []).append(line.release)
+    ordered = sorted(groups.values(), key=lambda rs: Release.parse(rs[0]))
+    return tuple(ReleaseGroup(rs[0], max(rs, key=Release.parse), tuple(rs)) for rs in ordered)
 
 
 def judge(rows: dict[RowKey, list], classify: Callable[[object, Knowledge], Classification],
@@ -94,7 +94,7 @@ def advise(release: str, native: dict[str, dict[RowKey, bool]], current_native: 
 def _advise(release: str, native: dict[str, dict[RowKey, bool]], current_native: bool) -> Upgrade:
     """advise() for the rows kept."""
     groups = {g.first: g for g in release_groups()}
-    later = [r for r in native if release_key(groups[r].newest) > release_key(release)]
+    later = [r for r in native if Release.parse(groups[r].newest) > Release.parse(release)]
     checked = tuple(groups[r].newest for r in later)
     if current_native:
         return Upgrade(release, None, None, checked, (), f"every row is native in torch {release}")
@@ -169,7 +169,7 @@ def since_and_upgrade(view, verdicts, kb: Knowledge, caches: dict | None = None
 
 def with_since(found: Classification, since: str | None, release: str) -> Classification:
     """`found` with its row's `since`; a row native only in a later release gets that upgrade as remedy."""
-    if since is None or found.verdict == Verdict.NATIVE or release_key(since) <= release_key(release):
+    if since is None or found.verdict == Verdict.NATIVE or Release.parse(since) <= Release.parse(release):
         return replace(found, since=since)
     newest = next(g.newest for g in release_groups() if g.first == since)
     upgrade = f"upgrade to torch {newest} (native from {since})"

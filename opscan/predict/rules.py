@@ -37,9 +37,9 @@ from opscan.predict.dtype_rules import CHECK_ON_MAC, complex_support, expected_f
 from opscan.predict.dtype_rules import result as _result
 from opscan.predict.runtime_checks import CallArgs, kernel_check, with_limits
 from opscan.knowledge import Knowledge
-from opscan.knowledge.facts import TorchvisionOp, version_tuple
+from opscan.knowledge.facts import TorchvisionOp
 from opscan.knowledge.shape_rules import CHECKS
-from opscan.opkey import OpKey
+from opscan.opkey import OpKey, Release
 from opscan.verdict import Classification, Evidence, Verdict
 
 Callees = tuple[tuple[OpKey, tuple[str, ...]], ...]
@@ -168,7 +168,7 @@ def _other_namespace(c: _Call) -> Classification | None:
 def _torchvision(c: _Call, entry: TorchvisionOp) -> Classification:
     """A torchvision op of the table: native once its kernel shipped."""
     paired = f"torchvision {entry.since_torchvision} (paired with torch {entry.since_torch})"
-    if version_tuple(c.release) >= version_tuple(entry.since_torch):
+    if Release.parse(c.release).series_key >= Release.parse(entry.since_torch).series_key:
         text = f"{c.op} has an MPS kernel since {paired}; predicted for torch {c.release}"
         return _result(Verdict.NATIVE, "torchvision-mps", text, entry.source)
     text = f"{c.op} has no MPS kernel before {paired}; torch {c.release} predates it"
