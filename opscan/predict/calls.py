@@ -7,11 +7,10 @@ a report row takes the worst of its calls.
 
 from __future__ import annotations
 
-from opscan.predict.runtime_checks import call_args, needs_args
+from opscan.predict.runtime_checks import call_args, needs_args, note_from_shapes
 from opscan.predict.dtype_rules import NO_MPS_DTYPES
 from opscan.predict.rules import predict_op
 from opscan.knowledge import Knowledge
-from opscan.knowledge.shape_rules import note_from_shapes
 from opscan.mps_view import BRANCHED_COMPOSITES, COPY, SRC_COPY, MpsCall
 from opscan.opkey import OpKey
 from opscan.verdict import Classification, Evidence, Verdict

@@ -23,7 +23,7 @@ import functools
 
 from opscan.knowledge import Knowledge
 from opscan.knowledge.common_mps import parse_macos
-from opscan.knowledge.kernel_rules import TensorArg
+from opscan.knowledge.conditions import TensorArg
 from opscan.verdict import Classification, Evidence, Verdict
 
 CHECK_ON_MAC = "check on a Mac with PYTORCH_MPS_LOG_PROFILE_INFO=68"

@@ -13,8 +13,8 @@ rules below in order and the first that applies decides (dtype rules: dtype_rule
 | 1 | `dtype-complex-no-list` | `unknown`: complex input, and the release has no common_mps.py |
 | 2 | `always-cpu` | `cpu_fallback`: MPSFallback.mm sends it to the CPU whatever the variable says |
 | 3 | `error-stub` | `error`: `_slow_conv2d_forward`'s MPS stub (mixed devices) |
-| 4 | `shape-<id>` | `error`: a kernel check that `args_note` shows will fail (shape_rules.py) |
-| 4c | `kernel-<id>` | `error` / `unsupported_dtype`: an encoded kernel check that `args` fail (kernel_checks.py) |
+| 4 | `shape-<id>` | `error`: a size rule of kernel_rules.yaml that `args_note` shows will fail (runtime_checks.py) |
+| 4c | `kernel-<id>` | `error` / `unsupported_dtype`: an encoded kernel check that `args` fail (runtime_checks.py) |
 | 4b | `dtype-xfail` / `macos-gate` | `unsupported_dtype` / `unknown`: common_mps.py expects the op's OpInfos to fail |
 | 5 | `yaml-mps` / `yaml-mps-delegate` | `native`: an MPS kernel of its own / via its structured delegate |
 | 5 | `mps-outside-yaml` | `native`: an MPS kernel registered by hand (2.0.0's bitwise ops; facts.yaml) |
@@ -35,10 +35,9 @@ from dataclasses import dataclass
 
 from opscan.predict.dtype_rules import CHECK_ON_MAC, complex_support, expected_failure, float64, release_limit
 from opscan.predict.dtype_rules import result as _result
-from opscan.predict.runtime_checks import CallArgs, kernel_check, with_limits
+from opscan.predict.runtime_checks import CallArgs, kernel_check, size_check, with_limits
 from opscan.knowledge import Knowledge
 from opscan.knowledge.facts import TorchvisionOp
-from opscan.knowledge.shape_rules import CHECKS
 from opscan.opkey import OpKey, Release
 from opscan.verdict import Classification, Evidence, Verdict
 
@@ -91,16 +90,6 @@ def _error_stub(c: _Call) -> Classification | None:
             f"CPU tensors are mixed: '{fact.message}'")
     remedy = "keep the input and the weight on the same device (both on MPS)"
     return _result(Verdict.ERROR, "error-stub", text, fact.source, remedy)
-
-
-def _shape_error(c: _Call) -> Classification | None:
-    """Rule 4: a kernel check that the call's sizes (args_note) will fail."""
-    for rule in c.kb.facts.shape_errors:
-        if c.op in rule.ops and CHECKS[rule.check](c.args_note):
-            text = (f"the MPS kernel of {c.op} in torch {c.release} raises for these sizes "
-                    f"{c.args_note}: '{rule.message}'")
-            return _result(Verdict.ERROR, f"shape-{rule.id}", text, rule.source, rule.remedy)
-    return None
 
 
 def _yaml_mps(c: _Call) -> Classification | None:
@@ -237,7 +226,7 @@ def _no_kernel(c: _Call) -> Classification:
 
 
 _RULES: tuple[Callable[[_Call], Classification | None], ...] = (
-    float64, release_limit, complex_support, _always_cpu, _error_stub, _shape_error, kernel_check, expected_failure,
+    float64, release_limit, complex_support, _always_cpu, _error_stub, size_check, kernel_check, expected_failure,
     _yaml_mps, _outside_yaml, _python_registration, _distributed, _other_namespace, _composite, _earlier_path,
     _not_in_yaml,
 )
@@ -257,7 +246,7 @@ def predict_op(
 
     `callees`: for a composite op, the (OpKey, dtypes) of the ops it calls on MPS; None or () when
     not known (a composite then gets `unknown`, never `native`). `args_note`: sizes some kernel
-    checks need, keys documented in opscan.knowledge.shape_rules (build it with `note_from_shapes`).
+    checks need, keys documented in predict.runtime_checks (build it with `note_from_shapes`).
     `cpu_op`: the op the CPU trace showed where the MPS view runs another (its OpInfo expectations count).
     `args`: the call's arguments (predict.runtime_checks.call_args), read by the kernels' runtime checks; a
     row native from the yaml names the checks of its kernel that the prediction does not decide.
