@@ -105,8 +105,8 @@ def test_bad_yaml_is_rejected(tmp_path):
     bad = tmp_path / "native_functions.yaml"
     bad.write_text("just: a mapping\n")
     with pytest.raises(ValueError, match="native_functions.yaml"):
-        from opscan.knowledge.yaml_index import load_yaml_index
-        load_yaml_index(str(bad))
+        from opscan.knowledge.sources import yaml_records
+        yaml_records(bad.read_text())
 
 
 # --- knowledge object ------------------------------------------------------------------------
