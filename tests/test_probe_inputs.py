@@ -14,7 +14,7 @@ import op_probes
 from opscan.probe import replay
 from opscan.probe.backends import Backend
 from opscan.probe.calls import make
-from opscan.probe.journal import Journal, JournalError, read
+from opscan.probe.journal import Journal, JournalError, read_journal
 from opscan.probe.progress import bar_text
 from opscan.probe.protocol import PassOutcome, TensorSpec
 from opscan.probe.shrink import apply, cap, numel
@@ -82,7 +82,7 @@ def test_inputs_that_cannot_be_built_say_why():
 ])
 def test_an_argument_this_torch_cannot_rebuild_is_unbuildable_never_the_op_raising(argument, why):
     # the worker's decoder once raised AttributeError / KeyError here, which the device pass then measured as the
-    # op raising (an `error` row); the repro script's copy said "cannot run here". Both now run rebuild.decode:
+    # op raising (an `error` row); the repro script's copy said "cannot run here". Both now run rebuild.decode_argument:
     # BuildError, an unbuildable outcome (an `unknown` row) in the probe and exit 2 in a script.
     call, _, tensors = _build("aten::relu", [TensorSpec("float32", (2,), (1,))], [{"t": 0}], {"extra": argument})
     with pytest.raises(replay.BuildError, match=why):
@@ -140,7 +140,7 @@ def test_the_journal_resumes_past_a_torn_line_and_refuses_another_plan(tmp_path)
     journal.close()
     with open(path, "a") as f:
         f.write('{"kind": "outcome", "probe": "c", "pass_na')  # killed mid-write
-    done, envs, _ = read(path, "fp1")
+    done, envs, _ = read_journal(path, "fp1")
     assert set(done) == {("a", "off"), ("b", "off")} and envs == {"off": {"torch": "x"}}
     resumed = Journal(path, "fp1", "cpu", 3, resume=True)
     resumed.outcome(_outcome("c"))

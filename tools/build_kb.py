@@ -28,7 +28,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from opscan.knowledge.build import Plan, plan_entry, read_installed, read_wheel  # noqa: E402
+from opscan.knowledge.build import EntryPlan, plan_entry, read_installed, read_wheel  # noqa: E402
 from opscan.knowledge.entry import RELEASES_DIR, format_index, load_store  # noqa: E402
 from opscan.opkey import Release  # noqa: E402
 
@@ -57,7 +57,7 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def plan(args: argparse.Namespace, kb_dir: str) -> Plan:
+def plan(args: argparse.Namespace, kb_dir: str) -> EntryPlan:
     """Read the files (installed, given wheel or downloaded) and plan the entry."""
     store = load_store(kb_dir)
     if args.installed:
@@ -72,7 +72,7 @@ def plan(args: argparse.Namespace, kb_dir: str) -> Plan:
         return plan_entry(args.release, read_wheel(wheel), store, os.path.basename(wheel), sha256_file(wheel))
 
 
-def check(result: Plan, kb_dir: str) -> int:
+def check(result: EntryPlan, kb_dir: str) -> int:
     """Compare a plan with the shipped files; 0 when equal."""
     path = os.path.join(kb_dir, result.entry_name)
     if result.entry_text is not None:
@@ -88,7 +88,7 @@ def check(result: Plan, kb_dir: str) -> int:
     return 0
 
 
-def write(result: Plan, kb_dir: str) -> None:
+def write(result: EntryPlan, kb_dir: str) -> None:
     """Write the entry file and the index line."""
     if result.entry_text is not None:
         with open(os.path.join(kb_dir, result.entry_name), "w", encoding="utf-8") as fh:

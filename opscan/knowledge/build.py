@@ -123,7 +123,7 @@ def same_series_twin(release: str, records: frozenset[str], store: Store) -> str
 
 
 @dataclass(frozen=True)
-class Plan:
+class EntryPlan:
     """What building one release writes: an entry file (or none, when it shares one) and its index line."""
 
     entry_name: str
@@ -131,15 +131,15 @@ class Plan:
     index_line: IndexLine
 
 
-def plan_entry(release: str, files: WheelFiles, store: Store, wheel: str = "-", wheel_sha256: str = "-") -> Plan:
+def plan_entry(release: str, files: WheelFiles, store: Store, wheel: str = "-", wheel_sha256: str = "-") -> EntryPlan:
     """Decide and render the entry of `release` from its files, against the shipped `store`."""
     records = frozenset(files.records())
     yaml_sha = (files.sha256(YAML) or "")[:12]
     twin = same_series_twin(release, records, store)
     if twin is not None:
-        return Plan(twin, None, IndexLine(release, twin, yaml_sha, wheel, wheel_sha256))
+        return EntryPlan(twin, None, IndexLine(release, twin, yaml_sha, wheel, wheel_sha256))
     base = base_for(release, store)
     base_records = store.records(store.entry_name(base)) if base else frozenset()
     text = format_entry(release, base, files.meta(), records, base_records)
     name = store.entry_name(release)
-    return Plan(name, text, IndexLine(release, name, yaml_sha, wheel, wheel_sha256))
+    return EntryPlan(name, text, IndexLine(release, name, yaml_sha, wheel, wheel_sha256))

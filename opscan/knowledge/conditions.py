@@ -6,7 +6,7 @@ floats, bools, strings, lists, None); `macos` is the assumed macOS version as a 
 `and`, `or`, `not`, comparisons, `in`, subscripts, tuples, lists, numbers, strings, arithmetic, `len()`, and
 `any()` / `all()` over a generator are allowed; nothing else is (`compile_when` raises ValueError).
 
-`evaluate(rule, names, macos)` is True when the condition holds, False when it does not, None when the call
+`evaluate_when(rule, names, macos)` is True when the condition holds, False when it does not, None when the call
 lacks what it reads (a name not recorded, a size -1 under fake tensors). No torch import.
 """
 
@@ -50,7 +50,7 @@ class _Unknown(Exception):
     """The call lacks what the condition reads."""
 
 
-def evaluate(rule, args: Mapping[str, object] | None, macos: tuple[int, int]) -> bool | None:
+def evaluate_when(rule, args: Mapping[str, object] | None, macos: tuple[int, int]) -> bool | None:
     """Whether `rule`'s compiled condition (`rule.code`) holds for a call with `args` (None: not decidable)."""
     if args is None:
         return None

@@ -7,7 +7,7 @@ kernel_rules.yaml names its check by message and source file, gives the C++ cond
 (`args`) and `when`: the same condition in the expression language of conditions.py (over those arguments
 and `macos`); `patterns` encode a family of checks from their message. `size_rules` are the checks decided
 from the call's pooled sizes instead (`input_spatial`, `output_size`), stated per release series because
-their message and line moved between the releases' binaries. `conditions.evaluate` decides them all
+their message and line moved between the releases' binaries. `conditions.evaluate_when` decides them all
 (predict/runtime_checks.py applies them). No torch import.
 """
 

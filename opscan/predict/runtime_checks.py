@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from opscan.knowledge.conditions import TensorArg, evaluate
+from opscan.knowledge.conditions import TensorArg, evaluate_when
 from opscan.knowledge.kernel_rules import KernelRule, SizeRule, load_size_rules
 from opscan.opkey import OpKey
 from opscan.predict.dtype_rules import result
@@ -131,7 +131,7 @@ def size_rule_fires(rule: SizeRule, note: dict | None) -> bool | None:
     if not all(isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(d, int) and d > 0 for d in v)
                for v in pairs.values()):
         return None
-    return evaluate(rule, pairs, (0, 0))  # size rules read no macOS version
+    return evaluate_when(rule, pairs, (0, 0))  # size rules read no macOS version
 
 
 def size_check(c) -> Classification | None:
@@ -150,7 +150,7 @@ def kernel_check(c) -> Classification | None:
     if limits is None or c.op.namespace != "aten" or c.args is None:
         return None
     for rule, check in limits.rules_for(c.op.yaml_name):
-        if evaluate(rule, c.args.bind(rule), c.kb.macos):
+        if evaluate_when(rule, c.args.bind(rule), c.kb.macos):
             text = (f"the MPS kernel of {c.op} in torch {c.release} raises for this call: '{check.message.strip()}' "
                     f"({rule.kind} check {rule.condition}; {check.macro} in {check.function})")
             source = f"{check.where} [bin]; condition: {rule.source}"
@@ -166,7 +166,7 @@ def with_limits(c, found: Classification) -> Classification:
         return found
     name = c.op.yaml_name
     undecided = [check for rule, check in limits.rules_for(name)
-                 if c.args is None or evaluate(rule, c.args.bind(rule), c.kb.macos) is None]
+                 if c.args is None or evaluate_when(rule, c.args.bind(rule), c.kb.macos) is None]
     open_checks = list(dict.fromkeys([*limits.unmodelled(name), *undecided]))
     if not open_checks:
         return found

@@ -17,9 +17,8 @@ import zlib
 
 import torch
 
-FLOATING = ("float64", "float32", "float16", "bfloat16")
-COMPLEX = ("complex64", "complex128")
-# the dtype seeded values are drawn in (randn has no half-precision CPU path in older releases)
+# the floating and complex dtypes, seeded, and the dtype their values are drawn in (randn has no half-precision
+# CPU path in older releases)
 RANDOM_DTYPE = {"float16": "float32", "bfloat16": "float32", "float32": "float32", "float64": "float64",
                 "complex64": "complex64", "complex128": "complex128"}
 # the dtype a floating input takes in the widened CPU reference
@@ -51,7 +50,7 @@ def initial(dtype_name, shape, stride, values, generator):
     `values` where there are some, else zeros that still need values (integer and bool tensors)."""
     dtype = dtype_of(dtype_name)
     n = storage_size(shape, stride)
-    floating = dtype_name in FLOATING or dtype_name in COMPLEX
+    floating = dtype_name in RANDOM_DTYPE
     if floating:
         base = torch.randn(n, generator=generator, dtype=dtype_of(RANDOM_DTYPE[dtype_name])).to(dtype)
     else:
@@ -90,16 +89,16 @@ def materialize_args(tensors, dtype_names, spec, seed, device, wide):
         n = storage_size(tuple(t.shape), tuple(t.stride()))
         storage = t.as_strided((n,), (1,), t.storage_offset()).to(device=device, dtype=dtype, copy=True)
         placed.append(storage.as_strided(tuple(t.shape), tuple(t.stride())))
-    args = [decode(a, placed, device, seed) for a in spec.get("args", [])]
-    kwargs = {k: decode(v, placed, device, seed) for k, v in spec.get("kwargs", {}).items()}
+    args = [decode_argument(a, placed, device, seed) for a in spec.get("args", [])]
+    kwargs = {k: decode_argument(v, placed, device, seed) for k, v in spec.get("kwargs", {}).items()}
     return args, kwargs
 
 
-def decode(value, tensors, device, seed):
+def decode_argument(value, tensors, device, seed):
     """One recorded argument (trace/argspec.py's encoding) back as a Python or torch value; the step's device
     becomes `device`, a generator is seeded with `seed`."""
     if isinstance(value, list):
-        return [decode(v, tensors, device, seed) for v in value]
+        return [decode_argument(v, tensors, device, seed) for v in value]
     if not isinstance(value, dict):
         return value
     if "t" in value:

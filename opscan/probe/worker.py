@@ -37,7 +37,7 @@ def preload(device: str, double: dict | None = None):
     setup line named one) and op_probes."""
     import op_probes  # noqa: F401  (builders register at import; a broken registry fails here, loudly)
 
-    return backends.load(device, backends.DeviceDouble.from_dict(double))
+    return backends.load_backend(device, backends.DeviceDouble.from_dict(double))
 
 
 def serve(sock: socket.socket, backend) -> None:

@@ -19,7 +19,6 @@ from opscan.zoo.models import ZooModel
 from opscan.zoo.releases import ReleaseResult
 
 SCHEMA = "opscan-zoo/1"
-LANES = ("mac-first", "dual-track", "linux-gpu-first")
 
 
 
