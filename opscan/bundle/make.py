@@ -23,7 +23,7 @@ from opscan.bundle.templates import README_TXT, RUN_SH, quoted
 from opscan.opkey import Release
 
 # what the bundle's runner imports, and nothing else: tests/test_bundle.py checks both ways
-PROBE_MODULES = ("runner", "launch", "protocol", "worker", "zygote", "replay", "compare", "comparison", "backends",
+PROBE_MODULES = ("runner", "launch", "protocol", "worker", "zygote", "replay", "rebuild", "comparison", "backends",
                  "texts", "shrink", "journal")
 VENDORED = ("opscan/__init__.py", "opscan/errors.py", "opscan/opkey.py", "opscan/probe/__init__.py",
             *(f"opscan/probe/{m}.py" for m in PROBE_MODULES),

@@ -81,15 +81,21 @@ def _always_cpu(c: _Call) -> Classification | None:
     return _result(Verdict.CPU_FALLBACK, "always-cpu", text, fact.source, remedy)
 
 
-def _error_stub(c: _Call) -> Classification | None:
-    """Rule 3: an MPS registration that only raises (reached with mixed devices)."""
-    fact = c.kb.facts.error_stubs.get(c.op)
+def _listed(c: _Call, table, verdict: Verdict, rule: str, sentence: str, remedy: str | None = None):
+    """A rule decided by the op being listed in one of the release's facts tables: `sentence` filled in with
+    the release, the op and the fact's message; None when the op is not listed."""
+    fact = table.get(c.op)
     if fact is None:
         return None
-    text = (f"torch {c.release} registers {c.op} for MPS to an error stub, reached only when MPS and "
-            f"CPU tensors are mixed: '{fact.message}'")
-    remedy = "keep the input and the weight on the same device (both on MPS)"
-    return _result(Verdict.ERROR, "error-stub", text, fact.source, remedy)
+    text = sentence.format(release=c.release, op=c.op, message=fact.message)
+    return _result(verdict, rule, text, fact.source, remedy)
+
+
+def _error_stub(c: _Call) -> Classification | None:
+    """Rule 3: an MPS registration that only raises (reached with mixed devices)."""
+    return _listed(c, c.kb.facts.error_stubs, Verdict.ERROR, "error-stub",
+                   "torch {release} registers {op} for MPS to an error stub, reached only when MPS and CPU tensors "
+                   "are mixed: '{message}'", "keep the input and the weight on the same device (both on MPS)")
 
 
 def _yaml_mps(c: _Call) -> Classification | None:
@@ -108,21 +114,15 @@ def _yaml_mps(c: _Call) -> Classification | None:
 
 def _outside_yaml(c: _Call) -> Classification | None:
     """Rule 5: an MPS kernel registered outside the yaml-generated code (facts.yaml)."""
-    fact = c.kb.facts.outside_yaml.get(c.op)
-    if fact is None:
-        return None
-    text = f"torch {c.release} registers an MPS kernel for {c.op} by hand, outside native_functions.yaml"
-    return _result(Verdict.NATIVE, "mps-outside-yaml", text, fact.source)
+    return _listed(c, c.kb.facts.outside_yaml, Verdict.NATIVE, "mps-outside-yaml",
+                   "torch {release} registers an MPS kernel for {op} by hand, outside native_functions.yaml")
 
 
 def _python_registration(c: _Call) -> Classification | None:
     """Rule 6: implemented in Python for MPS by torch.backends.mps._init()."""
-    fact = c.kb.facts.python_registrations.get(c.op)
-    if fact is None:
-        return None
-    text = (f"torch {c.release} implements {c.op} for MPS in Python (torch.backends.mps._init()): "
-            "it runs as a decomposition into MPS ops, not on the CPU")
-    return _result(Verdict.NATIVE, "python-registration", text, fact.source)
+    return _listed(c, c.kb.facts.python_registrations, Verdict.NATIVE, "python-registration",
+                   "torch {release} implements {op} for MPS in Python (torch.backends.mps._init()): it runs as a "
+                   "decomposition into MPS ops, not on the CPU")
 
 
 def _distributed(c: _Call) -> Classification | None:

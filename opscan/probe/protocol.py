@@ -9,9 +9,11 @@ the parent (`crash`, `timeout`). Stdlib only: the worker imports this module.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import math
+import socket
 from dataclasses import asdict, dataclass, field
 
 from opscan.probe import comparison  # stdlib at import, like this module
@@ -219,3 +221,12 @@ def loads(line: str) -> dict:
 
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
+
+
+def child_socket(prog: str, argv: list[str] | None = None) -> tuple[socket.socket, str]:
+    """The socket and device a worker or zygote process was started with (launch.py's `--fd N --device D`)."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--device", required=True)
+    ns = parser.parse_args(argv)
+    return socket.socket(fileno=ns.fd), ns.device

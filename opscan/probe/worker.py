@@ -14,7 +14,6 @@ every probe is seen. Light on purpose: torch, op_probes and opscan.probe's worke
 
 from __future__ import annotations
 
-import argparse
 import faulthandler
 import os
 import socket
@@ -26,7 +25,7 @@ import torch
 
 from opscan.probe import backends, comparison, replay, shrink
 from opscan.probe.rebuild import BuildError, collect
-from opscan.probe.protocol import VERSION, Comparison, PassOutcome, ProbeCall, dumps, loads, read_setup
+from opscan.probe.protocol import VERSION, Comparison, PassOutcome, ProbeCall, child_socket, dumps, loads, read_setup
 from opscan.probe.texts import fallback_ops
 
 MESSAGE_LIMIT = 4000
@@ -151,13 +150,9 @@ def _message(exc: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of a freshly spawned worker (a new interpreter: nothing was forked)."""
-    parser = argparse.ArgumentParser(prog="opscan-probe-worker")
-    parser.add_argument("--fd", type=int, required=True)
-    parser.add_argument("--device", required=True)
-    ns = parser.parse_args(argv)
-    sock = socket.socket(fileno=ns.fd)
+    sock, device = child_socket("opscan-probe-worker", argv)
     setup = sock.makefile("rb").readline().decode()  # the parent sends nothing more until the hello
-    serve(sock, preload(ns.device, read_setup(setup)))
+    serve(sock, preload(device, read_setup(setup)))
 
 
 if __name__ == "__main__":
