@@ -27,7 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def clear_caches() -> None:
     """Every lru_cache between the knowledge files and a verdict."""
-    import opscan.knowledge as knowledge
+    import opscan.knowledge.loader as knowledge
     import opscan.predict.composites as composites
     from opscan.knowledge import entry, opinfo
 

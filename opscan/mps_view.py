@@ -1,6 +1,6 @@
 """MPS-view stage: the calls MPS would dispatch, derived from the CPU trace.
 
-Three rewrites, each traceable to its rule:
+Four rewrites, each traceable to its rule:
 - lens groups ("replace"): a span of CPU calls becomes the one op MPS runs (`linear`, `max_pool2d`,
   `_fused_rms_norm`, `_scaled_dot_product_attention_math_for_mps`, `_lstm_mps`), and the backward
   calls run by the autograd nodes that span created become one MPS backward op per pass;

@@ -1,4 +1,5 @@
-"""Shared: `OpKey`, the one spelling of an operator overload used by every stage.
+"""Shared: `OpKey`, the one spelling of an operator overload used by every stage, and `Release`, the one
+reading of a torch release ("2.14.1", the series "2.14", a local build "2.14.1+cu130").
 
 | where                        | spelling                                   |
 |------------------------------|--------------------------------------------|
@@ -11,7 +12,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT = "default"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -102,3 +103,46 @@ def signature_text(dtypes: tuple[str, ...]) -> str:
         else:
             runs.append([dtype, 1])
     return ",".join(d if n == 1 else f"{d}×{n}" for d, n in runs) or "-"
+
+
+@dataclass(frozen=True, order=True)
+class Release:
+    """A torch release: ordered and compared by its numbers; a local suffix ("+cu130") is kept for printing only.
+
+    `Release.parse` is the one parser of release text (ValueError for anything else); `drop_local` the one place
+    that strips the suffix from text that may not be a release at all (an installed dev build's version)."""
+
+    numbers: tuple[int, ...]
+    local: str = field(default="", compare=False)
+
+    @classmethod
+    def parse(cls, text: str) -> Release:
+        """"2.14.1" / "2.14" / "2.14.1+cu130"; ValueError unless it is at least major.minor, all digits."""
+        plain, _, local = str(text).partition("+")
+        parts = plain.split(".")
+        if len(parts) < 2 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"not a torch release: {text!r}")
+        return cls(tuple(int(p) for p in parts), local)
+
+    @staticmethod
+    def drop_local(text: str) -> str:
+        """`text` without its local suffix: "2.14.1+cu130" -> "2.14.1" (anything else unchanged)."""
+        return text.split("+", 1)[0]
+
+    @property
+    def plain(self) -> str:
+        """The release without its local suffix: "2.14.1"."""
+        return ".".join(map(str, self.numbers))
+
+    @property
+    def series(self) -> str:
+        """Its release series: "2.14"."""
+        return f"{self.numbers[0]}.{self.numbers[1]}"
+
+    @property
+    def series_key(self) -> tuple[int, int]:
+        """Its series as numbers, for ordering series: (2, 14)."""
+        return self.numbers[0], self.numbers[1]
+
+    def __str__(self) -> str:
+        return self.plain + (f"+{self.local}" if self.local else "")

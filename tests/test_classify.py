@@ -9,7 +9,7 @@ import pytest
 
 from opscan.predict.rules import predict_op
 from opscan.knowledge import default_yaml_path, installed_release, load_knowledge
-from opscan.knowledge.shape_rules import note_from_shapes
+from opscan.predict.runtime_checks import note_from_shapes
 from opscan.opkey import OpKey
 from opscan.verdict import Verdict
 

@@ -142,16 +142,16 @@ def test_resume_on_a_damaged_journal_is_exit_2_naming_the_line(ran, measured, na
     (b'{"kind": "mystery"}', "damaged at line 3 (an unknown record 'mystery')"),
 ])
 def test_a_journal_line_that_is_not_a_record_is_named(measured, tmp_path, line, why):
-    from opscan.probe.journal import JournalError, read
+    from opscan.probe.journal import JournalError, read_journal
 
     lines = (measured / "probes.jsonl").read_bytes().split(b"\n")
     header = json.loads(lines[0])
     path = tmp_path / "probes.jsonl"
     path.write_bytes(b"\n".join([*lines[:2], line, *lines[3:]]))
     with pytest.raises(JournalError, match=re.escape(why)):
-        read(path, header["fingerprint"])
+        read_journal(path, header["fingerprint"])
     path.write_bytes(b"\n".join(lines[:-2]) + b"\n" + lines[-2][:20])  # a torn LAST line is dropped, not refused
-    assert read(path, header["fingerprint"])[2] == len(b"\n".join(lines[:-2]) + b"\n")
+    assert read_journal(path, header["fingerprint"])[2] == len(b"\n".join(lines[:-2]) + b"\n")
 
 
 # --- item 9: an output folder that holds another target's results ---------------------------------------

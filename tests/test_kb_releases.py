@@ -11,13 +11,13 @@ import zipfile
 
 import pytest
 
-import opscan.knowledge as knowledge
+import opscan.knowledge.loader as loader
 from opscan.knowledge import KnowledgeError, installed_release, kb_releases, load_knowledge
 from opscan.knowledge.build import BACKENDS_MPS, COMMON_MPS, VERSION, YAML, plan_entry, read_installed, read_wheel
-from opscan.knowledge.entry import RELEASES_DIR, counts_line, load_store, parse_entry, release_key
-from opscan.knowledge.facts import load_facts, series_of
+from opscan.knowledge.entry import RELEASES_DIR, counts_line, load_store, parse_entry
+from opscan.knowledge.facts import load_facts
 from opscan.knowledge.sources import common_mps_records, python_registrations
-from opscan.opkey import OpKey
+from opscan.opkey import OpKey, Release
 
 K = OpKey.parse
 INSTALLED = installed_release()
@@ -34,7 +34,7 @@ def test_every_release_is_covered_and_each_series_has_its_own_entry():
     own = {e.removesuffix(".txt") for e in OWN}
     assert own == {f"2.{m}.0" for m in range(14)} | {"2.14.1"}  # the x.y.0 releases of mps_facts §0 + 2.14.1
     for line in STORE.index:  # a shared entry is always of the same series (records equal: build.py)
-        assert series_of(line.entry.removesuffix(".txt")) == series_of(line.release)
+        assert Release.parse(line.entry.removesuffix(".txt")).series == Release.parse(line.release).series
     assert STORE.line("2.14.0").entry == "2.14.1.txt"  # 2.14.0's yaml differs from 2.14.1's only in a kernel name
     assert STORE.line("2.14.0").yaml_sha != STORE.line("2.14.1").yaml_sha
 
@@ -54,7 +54,7 @@ def test_each_entry_is_internally_consistent(name):
     entry = STORE.entry(name)
     records = STORE.records(name)  # the base chain applies (no removal of a missing record, no re-adding)
     assert entry.release == name.removesuffix(".txt")
-    assert entry.base is None or release_key(entry.base) < release_key(entry.release)
+    assert entry.base is None or Release.parse(entry.base) < Release.parse(entry.release)
     assert dict(entry.header)["counts"] == counts_line(records)
     assert all(_RECORD.match(r) for r in records), [r for r in records if not _RECORD.match(r)][:3]
     ops = {r.split(" ")[1]: r.split(" ") for r in records if r.startswith("op ")}
@@ -62,7 +62,7 @@ def test_each_entry_is_internally_consistent(name):
     assert set(refs) <= set(ops)  # every structured_delegate / autogen origin is declared
     assert {r[3:] for r in records if r.startswith("py ")} <= set(ops)
     has_common = any(r.startswith("xfail ") for r in records)
-    assert has_common == (release_key(entry.release) >= (2, 8)) == ("common_mps.py" in entry.sha256())
+    assert has_common == (Release.parse(entry.release).numbers >= (2, 8)) == ("common_mps.py" in entry.sha256())
     assert STORE.line(entry.release).yaml_sha == entry.sha256()["native_functions.yaml"][:12]
 
 
@@ -75,7 +75,7 @@ def test_python_registrations_match_the_hand_kept_facts():
     facts = load_facts()
     for release in kb_releases():
         parsed = set(load_knowledge(release=release).facts.python_registrations)
-        hand_kept = set(dict(facts.sections["python_registrations"][series_of(release)]))
+        hand_kept = set(dict(facts.sections["python_registrations"][Release.parse(release).series]))
         assert parsed == hand_kept, release
 
 
@@ -117,7 +117,7 @@ def test_when_an_overload_first_got_an_mps_kernel(op, before, first, source):
     key = OpKey.from_yaml(op)
     assert load_knowledge(release=before).yaml.mps_kernel(key) is None
     assert load_knowledge(release=first).yaml.mps_kernel(key) is not None
-    later = [r for r in kb_releases() if release_key(r) >= release_key(first)]
+    later = [r for r in kb_releases() if Release.parse(r) >= Release.parse(first)]
     kept = [bool(load_knowledge(release=r).yaml.mps_kernel(key)) for r in later]
     assert all(kept) or op == "cholesky"  # torch.cholesky left native_functions.yaml in 2.14.0
 
@@ -141,14 +141,14 @@ def test_release_selection_and_what_if():
 
 
 def test_a_release_newer_than_the_knowledge_base_is_built_live(monkeypatch):
-    monkeypatch.setattr(knowledge, "installed_release", lambda: "2.99.0")
+    monkeypatch.setattr(loader, "installed_release", lambda: "2.99.0")
     try:
         kb = load_knowledge(release="2.99.0")
         assert kb.origin == "live" and kb.entry is None and kb.yaml.mps_counts() == read_live_counts()
         assert any("built live from the installed wheel" in n for n in kb.notes)
         assert any("of 2.14 are assumed [INF]" in n for n in kb.notes)
     finally:
-        knowledge._load.cache_clear()
+        loader._load.cache_clear()
         monkeypatch.undo()
     with pytest.raises(KnowledgeError, match="install torch 2.99.0"):
         load_knowledge(release="2.99.0")
@@ -250,7 +250,7 @@ def test_opinfo_map_methods_and_what_it_cannot_map():
     assert omap.rows["nn.functional.avg_pool1d"].overloads == ("avg_pool2d",)  # by samples, sharing a word
     assert omap.rows["nn.functional.local_response_norm"].method == "none"  # its avg_pool2d is not its own
     # keys of the 2.8-2.14.1 lists whose OpInfo 2.14.1's op_db lacks: their expectations reach no op
-    keys = {r.split(" ")[2] for release in kb_releases() if release_key(release) >= (2, 8)
+    keys = {r.split(" ")[2] for release in kb_releases() if Release.parse(release).numbers >= (2, 8)
             for r in load_knowledge(release=release).common_mps.records}
     assert sorted(keys - set(omap.rows)) == [
         "_segment.reduce", "_segment_reduce", "_segment_reduce_lengths", "_segment_reduce_offsets",

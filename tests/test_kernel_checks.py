@@ -13,9 +13,10 @@ import pytest
 
 from opscan.knowledge import load_knowledge
 from opscan.knowledge.kernel_checks import expand, kind_of, load_checks, parse_checks, ranges
-from opscan.knowledge.kernel_rules import TensorArg, compile_when, load_rules, rule_for
+from opscan.knowledge.conditions import TensorArg, compile_when
+from opscan.knowledge.kernel_rules import load_rules, rule_for
 from opscan.opkey import OpKey
-from opscan.predict.kernel_checks import CallArgs
+from opscan.predict.runtime_checks import CallArgs
 from opscan.predict.rules import predict_op
 from opscan.scan import ScanOptions, scan
 from opscan.verdict import Verdict

@@ -11,15 +11,12 @@ import yaml
 
 from opscan.knowledge import KnowledgeError, default_yaml_path, installed_release, load_knowledge
 from opscan.knowledge.common_mps import installed_path, load_common_mps, opinfo_candidates
-from opscan.knowledge.facts import load_facts, load_torchvision, parse_facts, series_of
-from opscan.knowledge.shape_rules import (
-    adaptive_pool_divisible,
-    adaptive_pool_same_direction,
-    note_from_shapes,
-)
+from opscan.knowledge.facts import load_facts, load_torchvision, parse_facts
+from opscan.knowledge.kernel_rules import RULES_PATH, load_size_rules, parse_size_rules
+from opscan.predict.runtime_checks import note_from_shapes, size_rule_fires
 from opscan.knowledge.sources import op_record
 from opscan.knowledge.yaml_index import essential_lines, index_entries
-from opscan.opkey import OpKey
+from opscan.opkey import OpKey, Release
 
 INSTALLED = installed_release()
 K = OpKey.parse
@@ -121,8 +118,8 @@ def test_bad_yaml_is_rejected(tmp_path):
     bad = tmp_path / "native_functions.yaml"
     bad.write_text("just: a mapping\n")
     with pytest.raises(ValueError, match="native_functions.yaml"):
-        from opscan.knowledge.yaml_index import load_yaml_index
-        load_yaml_index(str(bad))
+        from opscan.knowledge.sources import yaml_records
+        yaml_records(bad.read_text())
 
 
 # --- knowledge object ------------------------------------------------------------------------
@@ -212,7 +209,6 @@ def _raw_facts() -> dict:
     (lambda r: r["always_cpu"][0].pop("source"), "lacks"),
     (lambda r: r["always_cpu"][1]["releases"].append("2.0"), "repeated"),
     (lambda r: r["min_macos"].pop(), "min_macos covers"),
-    (lambda r: r["shape_errors"][0].update(check="nope"), "no check named"),
     (lambda r: r["always_cpu"][0]["ops"].append("not an op"), "not a valid operator"),
 ])
 def test_bad_facts_fail_fast(breakage, message):
@@ -223,9 +219,20 @@ def test_bad_facts_fail_fast(breakage, message):
 
 
 def test_series_parsing():
-    assert series_of("2.14.1+cu130") == "2.14" and series_of("2.10") == "2.10"
+    assert Release.parse("2.14.1+cu130").series == "2.14" and Release.parse("2.10").series == "2.10"
     with pytest.raises(ValueError):
-        series_of("nightly")
+        Release.parse("nightly")
+
+
+def test_a_release_parses_compares_and_prints_in_one_place():
+    local = Release.parse("2.14.1+cu130")
+    assert (local.numbers, local.local, local.plain, str(local)) == ((2, 14, 1), "cu130", "2.14.1", "2.14.1+cu130")
+    assert local == Release.parse("2.14.1") and local.series_key == (2, 14)  # the suffix never orders
+    assert sorted(["2.10.0", "2.9.1", "2.10", "2.0.0"], key=Release.parse) == ["2.0.0", "2.9.1", "2.10", "2.10.0"]
+    assert Release.drop_local("2.15.0a0+git1234") == "2.15.0a0"  # an installed dev build: stripped, not judged
+    for bad in ("2", "2.x", "nightly", "2.14.1rc1", ""):
+        with pytest.raises(ValueError, match="not a torch release"):
+            Release.parse(bad)
 
 
 # --- torchvision.yaml ------------------------------------------------------------------------
@@ -264,16 +271,38 @@ def test_opinfo_candidates_by_name():
     assert opinfo_candidates("__and__")[0] == "__and__"
 
 
-# --- shape rules -----------------------------------------------------------------------------
+# --- size rules (kernel_rules.yaml `size_rules`) ---------------------------------------------
+
+
+def _size_rule(rule_id: str):
+    rule = next(r for r in load_size_rules() if r.id == rule_id)
+    return lambda note: size_rule_fires(rule, note)
+
+
+def test_bad_size_rules_fail_fast():
+    with open(RULES_PATH, encoding="utf-8") as fh:
+        raw = yaml.safe_load(fh)
+    for breakage, message in [
+        (lambda r: r["size_rules"][0].update(when="input_spatial.size"), "not allowed"),  # was: a check not named
+        (lambda r: r["size_rules"][0].pop("source"), "bad size rule"),
+        (lambda r: r["size_rules"][0]["releases"].append("2.14.1"), "not a series"),
+    ]:
+        broken = yaml.safe_load(yaml.safe_dump(raw))
+        breakage(broken)
+        with pytest.raises(ValueError, match=message):
+            parse_size_rules(yaml.safe_dump(broken))
 
 
 def test_adaptive_pool_checks():
+    adaptive_pool_divisible = _size_rule("adaptive-avg-pool-divisible")
+    adaptive_pool_same_direction = _size_rule("adaptive-pool-direction")
     assert adaptive_pool_divisible({"input_spatial": [7, 7], "output_size": [3, 3]}) is True
     assert adaptive_pool_divisible({"input_spatial": [6, 6], "output_size": [3, 3]}) is False
     assert adaptive_pool_divisible({"input_spatial": [2, 2], "output_size": [4, 6]}) is False
     assert adaptive_pool_divisible({"input_spatial": [2, 2], "output_size": [5, 4]}) is True
     assert adaptive_pool_divisible({"input_spatial": [7, 7]}) is None
     assert adaptive_pool_divisible(None) is None
+    assert adaptive_pool_divisible({"input_spatial": [0, 7], "output_size": [3, 3]}) is None  # never a division by 0
     assert adaptive_pool_same_direction({"input_spatial": [7, 3], "output_size": [3, 6]}) is True
     assert adaptive_pool_same_direction({"input_spatial": [7, 7], "output_size": [3, 3]}) is False
 

@@ -213,3 +213,62 @@ def test_the_state_check_sees_writes_from_other_modules_and_globals():
     owners = owners_of_names("opscan.fake", tree)
     assert written_names(tree, owners) == {"opscan.cli.files.CREATED", "opscan.fake.X",
                                                             "opscan.fake.N"}
+
+
+# --- one name per thing -------------------------------------------------------------------------------------------
+
+# public names that several modules define on purpose, each with why; everything else is defined in one module only
+SHARED_NAMES = {
+    "main": "the entry point of a process (python -m, a spawned worker or zygote, a bundle's runner) or a subcommand",
+    "VERSION": "each module's own on-disk or wire format version (bundle results, kb build, journals, protocol, argspec)",
+    "build_parser": "each cli subcommand's own argparse parser (the CLI's one-command-base work may fold them)",
+    "EPILOG": "each cli subcommand's own --help epilog",
+    "log": "a module's stderr logger (cli subcommands, memory/batch.py, trace/fake.py): logs go to stderr only",
+    "check_device": "probe, bundle and accept each refuse an unusable device naming their own flags "
+                    "(accept/engine.py says why)",
+    "environment": "report/assemble.py's report record and accept/provenance.py's: two records of different schemas",
+    "prepare": "scan.py prepares a scan, accept/run.py a device run",
+    "Comparison": "probe/protocol.py's record of one probe pass; accept/compare.py's of two training runs",
+    "DTYPES": "target/inputs.py: --input dtypes; accept/spec.py and zoo/models.py: dtypes a spec may cast a model to",
+    "STYLE": "render/console.py's rich styles per verdict and render/html_assets.py's CSS",
+    "header": "bundle/remote.py's results header and zoo/journal.py's journal header",
+    "run": "cli/dispatch.py runs a command line, bundle/remote.py a bundle",
+    "render_html": "render/html.py renders a report, zoo/html.py a leaderboard",
+    "render_json": "render/structured.py renders a report, zoo/outputs.py a leaderboard",
+    "diff": "predict/coverage.py diffs two releases' coverage, zoo/outputs.py two leaderboards (used qualified)",
+    "select": "predict/coverage.py filters coverage rows (used qualified: cov.select), cli/repro.py picks findings",
+    "render": "predict/coverage.py renders coverage (used qualified: cov.render), cli/common.py a report",
+}
+# modules whose names live in another namespace: repro/runtime.py is the body of every generated repro script,
+# standalone (it may not import opscan), so its functions are the script's own
+OWN_NAMESPACE = {"opscan.repro.runtime"}
+
+
+def public_definitions(path: Path) -> set[str]:
+    """The public (non-underscore) functions, classes and constants a module defines at its top level."""
+    names = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {n for n in names if not n.startswith("_")}
+
+
+def test_no_public_name_is_defined_in_two_modules():
+    where: dict[str, list[str]] = {}
+    for module, path in MODULES.items():
+        if module not in OWN_NAMESPACE:
+            for name in public_definitions(path):
+                where.setdefault(name, []).append(module)
+    twice = {name: modules for name, modules in sorted(where.items()) if len(modules) > 1 and name not in SHARED_NAMES}
+    assert twice == {}, "one name per thing: rename, share one definition, or say why in SHARED_NAMES"
+
+
+def test_the_name_check_sees_functions_classes_and_constants(tmp_path):
+    # a guard for the guard
+    source = tmp_path / "m.py"
+    source.write_text("import os\nA = 1\nB: int = 2\n_c = 3\n\ndef f():\n    D = 4\n\nclass K:\n    E = 5\n")
+    assert public_definitions(source) == {"A", "B", "f", "K"}

@@ -78,7 +78,7 @@ def _top_level_only(monkeypatch):
     def blind(name, op):
         kernel = real(name, op)
         return lambda *a, **k: kernel(*a, **k) if handling and handling[-1] is python_api[name] \
-            else op._op_dk(hooks.CIA, *a, **k)
+            else op._op_dk(hooks.CIA_KEY, *a, **k)
 
     monkeypatch.setattr(hooks.FastPathGate, "__torch_function__", gate)
     monkeypatch.setattr(hooks, "_kernel", blind)

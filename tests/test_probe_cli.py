@@ -31,12 +31,12 @@ import sys
 from pathlib import Path
 sys.path.insert(0, {str(TESTS)!r})
 import simulated_mps
-from opscan.probe.stage import ProbeOptions, Session
+from opscan.probe.stage import ProbeOptions, ProbeSession
 from opscan.render import render_json
 from opscan.scan import ScanOptions, scan
 out = Path(sys.argv[1])
 probe = ProbeOptions(device="mps", workers=1, double=simulated_mps.double({{"default": {{"kind": "native", "delay": 0.03}}}}))
-report = scan(ScanOptions({TARGET!r}, probe=probe), Session(lambda name: out, resume=sys.argv[2] == "resume"))
+report = scan(ScanOptions({TARGET!r}, probe=probe), ProbeSession(lambda name: out, resume=sys.argv[2] == "resume"))
 (out / "report.json").write_text(render_json(report))
 """
 

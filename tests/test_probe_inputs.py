@@ -14,7 +14,7 @@ import op_probes
 from opscan.probe import replay
 from opscan.probe.backends import Backend
 from opscan.probe.calls import make
-from opscan.probe.journal import Journal, JournalError, read
+from opscan.probe.journal import Journal, JournalError, read_journal
 from opscan.probe.progress import bar_text
 from opscan.probe.protocol import PassOutcome, TensorSpec
 from opscan.probe.shrink import apply, cap, numel
@@ -75,6 +75,22 @@ def test_inputs_that_cannot_be_built_say_why():
         replay.materialize(call, tensors, "cpu", False)
 
 
+@pytest.mark.parametrize("argument, why", [
+    ({"dtype": "float8_e9m9"}, "has no dtype float8_e9m9"),  # a dtype the measuring torch lacks
+    ({"memory_format": "tiled_format"}, "has no memory_format tiled_format"),
+    ({"symint_node": 3}, "an argument of type symint_node cannot be replayed"),  # a tag this opscan does not know
+])
+def test_an_argument_this_torch_cannot_rebuild_is_unbuildable_never_the_op_raising(argument, why):
+    # the worker's decoder once raised AttributeError / KeyError here, which the device pass then measured as the
+    # op raising (an `error` row); the repro script's copy said "cannot run here". Both now run rebuild.decode_argument:
+    # BuildError, an unbuildable outcome (an `unknown` row) in the probe and exit 2 in a script.
+    call, _, tensors = _build("aten::relu", [TensorSpec("float32", (2,), (1,))], [{"t": 0}], {"extra": argument})
+    with pytest.raises(replay.BuildError, match=why):
+        replay.materialize(call, tensors, "cpu", False)
+    outcome = run_one(call, "off", Backend())
+    assert (outcome.status, outcome.exc_type) == ("unbuildable", "BuildError") and why in outcome.message
+
+
 def test_integers_that_index_nothing_get_small_values_without_a_builder():
     _, _, tensors = _build("aten::bitwise_and.Tensor", [TensorSpec("int64", (4,), (1,))] * 2, [{"t": 0}, {"t": 1}])
     assert all(0 <= int(t.min()) and int(t.max()) < 4 for t in tensors)
@@ -124,7 +140,7 @@ def test_the_journal_resumes_past_a_torn_line_and_refuses_another_plan(tmp_path)
     journal.close()
     with open(path, "a") as f:
         f.write('{"kind": "outcome", "probe": "c", "pass_na')  # killed mid-write
-    done, envs, _ = read(path, "fp1")
+    done, envs, _ = read_journal(path, "fp1")
     assert set(done) == {("a", "off"), ("b", "off")} and envs == {"off": {"torch": "x"}}
     resumed = Journal(path, "fp1", "cpu", 3, resume=True)
     resumed.outcome(_outcome("c"))
@@ -217,7 +233,7 @@ def test_a_cap_the_cpu_refuses_falls_back_to_full_shapes_in_the_worker():
     assert outcome.clean and outcome.extra["shapes"].startswith("full: the capped call failed on the CPU")
 
 
-WORKER_SIDE = ("worker", "zygote", "replay", "compare", "comparison", "backends", "texts", "protocol", "shrink")
+WORKER_SIDE = ("worker", "zygote", "replay", "rebuild", "comparison", "backends", "texts", "protocol", "shrink")
 
 
 def test_the_worker_side_stays_light():

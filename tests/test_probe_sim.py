@@ -185,7 +185,7 @@ def test_no_environment_variable_or_flag_can_select_a_test_double(monkeypatch):
     from opscan.probe.stage import ProbeEnvironmentError, check_device
 
     monkeypatch.setenv("OPSCAN_PROBE_BACKEND", "simulated_mps")
-    assert type(backends.load("cpu")) is backends.Backend
+    assert type(backends.load_backend("cpu")) is backends.Backend
     if not torch.backends.mps.is_available():
         with pytest.raises(ProbeEnvironmentError, match="MPS is not available here"):
             check_device("mps")

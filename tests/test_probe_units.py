@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from opscan.probe import compare, comparison
+from opscan.probe import comparison
 from opscan.probe.calls import make
 from opscan.probe.decide import decide
 from opscan.probe.protocol import STATUSES, Comparison, PassOutcome, ProbeCall, ProtocolError, TensorSpec, dumps, loads
@@ -193,31 +193,32 @@ def test_tolerances_are_declared_per_dtype_and_the_least_precise_wins():
                                                                           *comparison.TOLERANCES["bfloat16"])
     assert comparison.tolerance_for({"int64"}) is None
     ref = torch.ones(4, dtype=torch.float64)  # float32: limit 1e-5 * 1 + 1e-5 * 1 = 2e-5
-    assert compare.compare(ADD, [(ref + 1e-5).float()], [ref], ["float32"], "float64").within
-    beyond = compare.compare(ADD, [(ref + 3e-5).float()], [ref], ["float32"], "float64")
+    assert Comparison.of_outputs(ADD, [(ref + 1e-5).float()], [ref], ["float32"], "float64").within
+    beyond = Comparison.of_outputs(ADD, [(ref + 3e-5).float()], [ref], ["float32"], "float64")
     assert not beyond.within and math.isclose(beyond.max_abs, 3e-5, rel_tol=0.01) and "float32" in beyond.detail
 
 
 def test_nan_inf_and_integers_are_compared_exactly():
     ref = torch.tensor([1.0, math.nan, math.inf], dtype=torch.float64)
-    assert compare.compare(ADD, [ref.float()], [ref], ["float32"], "float64").within
-    assert "NaN" in compare.compare(ADD, [torch.tensor([math.nan, 1.0, math.inf])], [ref], ["float32"], "x").detail
+    assert Comparison.of_outputs(ADD, [ref.float()], [ref], ["float32"], "float64").within
+    assert "NaN" in Comparison.of_outputs(ADD, [torch.tensor([math.nan, 1.0, math.inf])], [ref], ["float32"],
+                                          "x").detail
     ints = torch.tensor([1, 2])
-    assert not compare.compare(ADD, [ints + 1], [ints], ["int64"], "float64").within
+    assert not Comparison.of_outputs(ADD, [ints + 1], [ints], ["int64"], "float64").within
 
 
 def test_random_empty_and_tie_breaking_outputs_are_compared_by_properties():
     bern = torch.ops.aten.bernoulli.p
-    result = compare.compare(bern, [torch.tensor([0.0, 1.0])], [torch.tensor([1.0, 0.0])], ["float32"], "float64")
+    result = Comparison.of_outputs(bern, [torch.tensor([0.0, 1.0])], [torch.tensor([1.0, 0.0])], ["float32"], "float64")
     assert result.within and result.how == "properties"
     pool = torch.ops.aten.max_pool2d_with_indices.default
     out = torch.ones(1, 1, 1, 1)
-    result = compare.compare(pool, [out, torch.tensor([[[[3]]]])], [out.double(), torch.tensor([[[[0]]]])],
+    result = Comparison.of_outputs(pool, [out, torch.tensor([[[[3]]]])], [out.double(), torch.tensor([[[[0]]]])],
                              ["float32"], "float64")
     assert result.within and result.how == "mixed"  # values elementwise, indices by properties
     empty = torch.ops.aten.empty_like.default  # undefined content: shape and dtype only (the test below)
-    assert compare.compare(empty, [torch.full((2,), 7.0)], [torch.zeros(2)], ["float32"], "float64").within
-    assert not compare.compare(empty, [torch.zeros(3)], [torch.zeros(2)], ["float32"], "float64").within
+    assert Comparison.of_outputs(empty, [torch.full((2,), 7.0)], [torch.zeros(2)], ["float32"], "float64").within
+    assert not Comparison.of_outputs(empty, [torch.zeros(3)], [torch.zeros(2)], ["float32"], "float64").within
 
 
 UNCHECKED = {  # name: (comparison of the pass that ran, words the evidence must contain)
@@ -261,15 +262,16 @@ def test_the_worker_records_a_missing_reference_as_unchecked(monkeypatch):
 def test_outputs_of_undefined_content_are_compared_by_shape_and_dtype_only():
     # uninitialised memory can hold anything: all NaN, or negative "indices" — neither is a finding
     empty = torch.ops.aten.empty.memory_format
-    nan = compare.compare(empty, [torch.full((4,), math.nan)], [torch.zeros(4)], ["float32"], "same-dtype")
+    nan = Comparison.of_outputs(empty, [torch.full((4,), math.nan)], [torch.zeros(4)], ["float32"], "same-dtype")
     assert nan.within is True and nan.how == "shape" and nan.checked
-    ints = compare.compare(empty, [torch.full((4,), -7)], [torch.zeros(4, dtype=torch.long)], ["int64"], "x")
+    ints = Comparison.of_outputs(empty, [torch.full((4,), -7)], [torch.zeros(4, dtype=torch.long)], ["int64"], "x")
     assert ints.within is True and ints.how == "shape"
-    assert "shape [3] vs reference [4]" in compare.compare(empty, [torch.zeros(3)], [torch.zeros(4)], [], "x").detail
-    half = compare.compare(empty, [torch.zeros(4, dtype=torch.float16)], [torch.zeros(4)], [], "x")
+    assert "shape [3] vs reference [4]" in Comparison.of_outputs(empty, [torch.zeros(3)], [torch.zeros(4)], [],
+                                                                 "x").detail
+    half = Comparison.of_outputs(empty, [torch.zeros(4, dtype=torch.float16)], [torch.zeros(4)], [], "x")
     assert not half.within and "dtype torch.float16 vs reference torch.float32" in half.detail
     resize = torch.ops.aten.resize_.default
-    assert compare.compare(resize, [torch.full((2, 2), math.nan)], [torch.ones(2, 2)], ["float32"], "x").within
+    assert Comparison.of_outputs(resize, [torch.full((2, 2), math.nan)], [torch.ones(2, 2)], ["float32"], "x").within
     text = decide(PassOutcome("p", "off", "ran", comparison=nan), None).text
     assert "undefined values" in text and "values not compared" in text
     # their reference keeps the probe's dtypes (a widened empty_like would be float64)

@@ -197,14 +197,30 @@ def test_every_script_carries_the_probe_comparison_byte_for_byte(predicted):
     tolerances, its elementwise/properties choice and PyTorch's fallback-warning text exist once)."""
     from importlib import resources
 
-    from opscan.probe import compare as probe_compare, comparison
+    from opscan.probe import comparison, protocol
 
     source = resources.files("opscan.probe").joinpath("comparison.py").read_bytes()
     scripts = {rel: text for rel, text in render_files(json.loads((predicted / "report.json").read_text())).items()
                if rel.endswith(".py")}
     assert scripts and all(source in text.encode("utf-8") for text in scripts.values())
-    assert probe_compare.comparison is comparison  # the worker's Comparison records come from the same functions
+    assert protocol.comparison is comparison  # the worker's Comparison records come from the same functions
     assert comparison.compare.__module__ == "opscan.probe.comparison"
+
+
+def test_every_script_carries_the_probe_rebuilder_byte_for_byte(predicted):
+    """One decoder: the probe worker's rebuild module (seeded tensors, recorded values, argument decoding) is the
+    text every script runs, unchanged, so the worker and the scripts cannot drift apart again."""
+    from importlib import resources
+
+    from opscan.probe import rebuild, replay
+    from opscan.repro import runtime
+
+    source = resources.files("opscan.probe").joinpath("rebuild.py").read_bytes()
+    scripts = {rel: text for rel, text in render_files(json.loads((predicted / "report.json").read_text())).items()
+               if rel.endswith(".py")}
+    assert scripts and all(source in text.encode("utf-8") for text in scripts.values())
+    assert replay.materialize_args is rebuild.materialize_args and runtime.materialize_args is rebuild.materialize_args
+    assert runtime.initial is rebuild.initial and replay.initial is rebuild.initial
 
 
 @pytest.fixture

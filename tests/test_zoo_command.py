@@ -272,6 +272,15 @@ def test_diff_refuses_a_file_that_is_not_a_leaderboard(tmp_path, capsys):
     assert code == 2 and "is not an opscan zoo leaderboard (schema 'opscan-report/3'" in err
 
 
+def test_diff_refuses_a_leaderboard_whose_releases_are_not_releases(tmp_path, capsys):
+    from opscan.zoo.outputs import render_json
+
+    data = json.loads(render_json(OLD))
+    (tmp_path / "bad.json").write_text(json.dumps({**data, "releases": ["2.0.0", "nightly"]}))
+    code, _, err = run_zoo(capsys, "diff", tmp_path / "bad.json", tmp_path / "bad.json")
+    assert code == 2 and "'nightly' in its releases is not a torch release" in err
+
+
 def test_measured_cells_replace_predicted_ones_and_are_counted():
     from opscan.zoo.board import merge_measured
 

@@ -28,8 +28,9 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from opscan.knowledge.build import Plan, plan_entry, read_installed, read_wheel  # noqa: E402
-from opscan.knowledge.entry import RELEASES_DIR, format_index, load_store, release_key  # noqa: E402
+from opscan.knowledge.build import EntryPlan, plan_entry, read_installed, read_wheel  # noqa: E402
+from opscan.knowledge.entry import RELEASES_DIR, format_index, load_store  # noqa: E402
+from opscan.opkey import Release  # noqa: E402
 
 PLATFORMS = ("macosx_14_0_arm64", "macosx_11_0_arm64")
 
@@ -56,7 +57,7 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def plan(args: argparse.Namespace, kb_dir: str) -> Plan:
+def plan(args: argparse.Namespace, kb_dir: str) -> EntryPlan:
     """Read the files (installed, given wheel or downloaded) and plan the entry."""
     store = load_store(kb_dir)
     if args.installed:
@@ -71,7 +72,7 @@ def plan(args: argparse.Namespace, kb_dir: str) -> Plan:
         return plan_entry(args.release, read_wheel(wheel), store, os.path.basename(wheel), sha256_file(wheel))
 
 
-def check(result: Plan, kb_dir: str) -> int:
+def check(result: EntryPlan, kb_dir: str) -> int:
     """Compare a plan with the shipped files; 0 when equal."""
     path = os.path.join(kb_dir, result.entry_name)
     if result.entry_text is not None:
@@ -87,7 +88,7 @@ def check(result: Plan, kb_dir: str) -> int:
     return 0
 
 
-def write(result: Plan, kb_dir: str) -> None:
+def write(result: EntryPlan, kb_dir: str) -> None:
     """Write the entry file and the index line."""
     if result.entry_text is not None:
         with open(os.path.join(kb_dir, result.entry_name), "w", encoding="utf-8") as fh:
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kb-dir", default=RELEASES_DIR, help="the releases folder (default: the package's)")
     p.add_argument("--check", action="store_true", help="compare with the shipped entry instead of writing")
     args = p.parse_args(argv)
-    release_key(args.release)  # ValueError on a malformed release
+    Release.parse(args.release)  # ValueError on a malformed release
     kb_dir = os.path.abspath(args.kb_dir)
     result = plan(args, kb_dir)
     return check(result, kb_dir) if args.check else write(result, kb_dir) or 0

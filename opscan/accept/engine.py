@@ -26,8 +26,8 @@ from opscan.accept.hooks import numerics
 from opscan.accept.run import DeviceRun, prepare, run_device
 from opscan.accept.spec import AcceptSpec
 from opscan.errors import ExitCode, OpscanError, StepError
+from opscan.graph.lanes import LANES
 
-LANES = ("mac-first", "dual-track", "linux-gpu-first")
 
 
 class AcceptDeviceError(OpscanError):

@@ -20,9 +20,10 @@ from opscan import __version__
 from opscan.bundle import FORMAT, MANIFEST, PROBES, RESULTS
 from opscan.bundle.results import bundle_hash, digest
 from opscan.bundle.templates import README_TXT, RUN_SH, quoted
+from opscan.opkey import Release
 
 # what the bundle's runner imports, and nothing else: tests/test_bundle.py checks both ways
-PROBE_MODULES = ("runner", "launch", "protocol", "worker", "zygote", "replay", "compare", "comparison", "backends",
+PROBE_MODULES = ("runner", "launch", "protocol", "worker", "zygote", "replay", "rebuild", "comparison", "backends",
                  "texts", "shrink", "journal")
 VENDORED = ("opscan/__init__.py", "opscan/errors.py", "opscan/opkey.py", "opscan/probe/__init__.py",
             *(f"opscan/probe/{m}.py" for m in PROBE_MODULES),
@@ -72,7 +73,7 @@ def bundle_files(spec: BundleSpec, name: str) -> dict[str, bytes]:
     files["run.sh"] = RUN_SH.format(results=RESULTS).encode()  # no user text in the script: nothing to inject
     words = dict(probes=len(plan.probes), model=spec.model_name, device=plan.device, name=name,
                  qname=quoted(name), target=spec.target, opscan_version=__version__, torch=plan.torch,
-                 torch_release=quoted(plan.torch.split("+")[0]), repro_timeout=f"{spec.repro_timeout:g}")
+                 torch_release=quoted(Release.drop_local(plan.torch)), repro_timeout=f"{spec.repro_timeout:g}")
     files["README.txt"] = README_TXT.format(**words).encode()
     listed = {path: digest(data) for path, data in files.items()}
     manifest = {

@@ -15,7 +15,7 @@ from pathlib import Path
 from opscan.bundle import EARLIER_FORMATS, FORMAT, MANIFEST, PROBES
 from opscan.bundle.results import Results, bundle_problem
 from opscan.errors import OpscanError
-from opscan.probe.stage import Session
+from opscan.probe.stage import ProbeSession
 
 
 class BundleError(OpscanError):
@@ -61,7 +61,7 @@ def load_bundle(folder: Path) -> Bundle:
     return Bundle(folder, manifest, manifest["bundle_hash"], probes)
 
 
-class ReplaySession(Session):
+class ReplaySession(ProbeSession):
     """A probe session whose outcomes come from a results file: it opens nothing and runs nothing."""
 
     probes_here = False

@@ -149,7 +149,7 @@ def probe_options(args, ctx=None):
     if not probing:
         return None, None
     from opscan.probe.progress import Progress
-    from opscan.probe.stage import ProbeOptions, Session, check_device
+    from opscan.probe.stage import ProbeOptions, ProbeSession, check_device
 
     check_device(args.device or "mps")  # before the trace: a device we cannot use is exit 2 at once
     fields = {"workers": args.workers} if args.workers else {}
@@ -158,7 +158,7 @@ def probe_options(args, ctx=None):
     ctx = ctx or RunContext()
     folder = lambda name: output_folder(ctx, args, name)  # noqa: E731 - the journal's folder, claimed
     progress = Progress(sys.stderr, enabled=sys.stderr.isatty() and args.quiet == 0)
-    return options, Session(folder, resume=args.resume, progress=progress)
+    return options, ProbeSession(folder, resume=args.resume, progress=progress)
 
 
 def _mps_available() -> bool:

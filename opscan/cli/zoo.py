@@ -149,17 +149,17 @@ def _models(args):
 
 def _releases(text: str | None) -> tuple[str, ...]:
     from opscan.knowledge import kb_releases
-    from opscan.zoo.board import version_key
+    from opscan.opkey import Release
 
     known = kb_releases()
     if not text:
-        return tuple(sorted(known, key=version_key))
+        return tuple(sorted(known, key=Release.parse))
     chosen = tuple(dict.fromkeys(r.strip() for r in text.split(",") if r.strip()))
     unknown = [r for r in chosen if r not in known]
     if unknown or not chosen:
         raise UsageError(f"--releases: {', '.join(unknown) or 'none given'} — opscan knows {known[0]} … {known[-1]} "
                          f"({len(known)} releases: see `opscan coverage`)")
-    return tuple(sorted(chosen, key=version_key))
+    return tuple(sorted(chosen, key=Release.parse))
 
 
 def _engine(args, todo, releases, on_result) -> None:

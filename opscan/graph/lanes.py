@@ -30,6 +30,9 @@ class LaneName(str, enum.Enum):
         return self.value
 
 
+LANES = tuple(lane.value for lane in LaneName)  # best first: mac-first, dual-track, linux-gpu-first
+
+
 class ReasonKind(str, enum.Enum):
     """What a lane reason rests on."""
 

@@ -14,7 +14,8 @@ import os
 import zipfile
 from dataclasses import dataclass
 
-from opscan.knowledge.entry import IndexLine, Store, format_entry, release_key
+from opscan.knowledge.entry import IndexLine, Store, format_entry
+from opscan.opkey import Release
 from opscan.knowledge.sources import git_version, release_records
 
 # Paths inside a wheel (and, after the first "/", inside the installed torch / torchgen folders).
@@ -106,23 +107,23 @@ def read_installed() -> WheelFiles:
 def base_for(release: str, store: Store) -> str | None:
     """The newest release older than `release` that has an entry file of its own."""
     own = [line.release for line in store.index
-           if line.entry == store.entry_name(line.release) and release_key(line.release) < release_key(release)]
-    return max(own, key=release_key) if own else None
+           if line.entry == store.entry_name(line.release) and Release.parse(line.release) < Release.parse(release)]
+    return max(own, key=Release.parse) if own else None
 
 
 def same_series_twin(release: str, records: frozenset[str], store: Store) -> str | None:
     """Another release of the same series whose own entry has exactly these records, or None."""
-    series = release_key(release)[:2]
+    series = Release.parse(release).series
     for line in store.index:
         own = line.entry == store.entry_name(line.release)
-        if own and line.release != release and release_key(line.release)[:2] == series:
+        if own and line.release != release and Release.parse(line.release).series == series:
             if store.records(line.entry) == records:
                 return line.entry
     return None
 
 
 @dataclass(frozen=True)
-class Plan:
+class EntryPlan:
     """What building one release writes: an entry file (or none, when it shares one) and its index line."""
 
     entry_name: str
@@ -130,15 +131,15 @@ class Plan:
     index_line: IndexLine
 
 
-def plan_entry(release: str, files: WheelFiles, store: Store, wheel: str = "-", wheel_sha256: str = "-") -> Plan:
+def plan_entry(release: str, files: WheelFiles, store: Store, wheel: str = "-", wheel_sha256: str = "-") -> EntryPlan:
     """Decide and render the entry of `release` from its files, against the shipped `store`."""
     records = frozenset(files.records())
     yaml_sha = (files.sha256(YAML) or "")[:12]
     twin = same_series_twin(release, records, store)
     if twin is not None:
-        return Plan(twin, None, IndexLine(release, twin, yaml_sha, wheel, wheel_sha256))
+        return EntryPlan(twin, None, IndexLine(release, twin, yaml_sha, wheel, wheel_sha256))
     base = base_for(release, store)
     base_records = store.records(store.entry_name(base)) if base else frozenset()
     text = format_entry(release, base, files.meta(), records, base_records)
     name = store.entry_name(release)
-    return Plan(name, text, IndexLine(release, name, yaml_sha, wheel, wheel_sha256))
+    return EntryPlan(name, text, IndexLine(release, name, yaml_sha, wheel, wheel_sha256))

@@ -18,7 +18,6 @@ overloads: opinfo.py maps them; `opinfo_candidates` is the by-name fallback.
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -27,7 +26,6 @@ from types import MappingProxyType
 from opscan.knowledge.build import COMMON_MPS, installed_file
 from opscan.knowledge.sources import COMPLEX_LISTS, common_mps_records
 
-RELATIVE_PATH = os.path.join("testing", "_internal", "common_mps.py")
 # OpInfo name prefixes whose aten spelling joins with "_" instead of ".": linalg_svd -> linalg.svd.
 _DOTTED = ("linalg", "special", "fft", "sparse")
 _BEFORE = re.compile(r"^MACOS_BEFORE_(\d+)_(\d+)_")

@@ -24,17 +24,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from opscan.opkey import Release
+
 RELEASES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "releases")
 INDEX_NAME = "index.txt"
 HEADER_KEYS = ("release", "base", "git_version", "sha256", "counts")
-
-
-def release_key(release: str) -> tuple[int, ...]:
-    """"2.14.1" -> (2, 14, 1), for ordering releases (a local suffix is ignored)."""
-    parts = release.split("+", 1)[0].split(".")
-    if not all(p.isdigit() for p in parts) or len(parts) < 2:
-        raise ValueError(f"not a torch release: {release!r}")
-    return tuple(int(p) for p in parts)
 
 
 @dataclass(frozen=True)
@@ -78,7 +72,7 @@ def parse_index(text: str) -> tuple[IndexLine, ...]:
         if raw.strip() and not raw.startswith("#"):
             release, entry, yaml_sha, wheel, digest = raw.split()
             lines.append(IndexLine(release, entry, yaml_sha.removeprefix("yaml="), wheel, digest))
-    return tuple(sorted(lines, key=lambda line: release_key(line.release)))
+    return tuple(sorted(lines, key=lambda line: Release.parse(line.release)))
 
 
 def format_index(lines: Iterable[IndexLine]) -> str:
@@ -86,7 +80,7 @@ def format_index(lines: Iterable[IndexLine]) -> str:
     head = ("# opscan knowledge base: every covered torch release, the entry file holding its records, the\n"
             "# sha256 prefix of its native_functions.yaml, and the macOS arm64 wheel (with sha256) it was read\n"
             "# from. Written by tools/build_kb.py; see opscan/knowledge/entry.py.\n")
-    ordered = sorted(lines, key=lambda line: release_key(line.release))
+    ordered = sorted(lines, key=lambda line: Release.parse(line.release))
     return head + "".join(line.text() + "\n" for line in ordered)
 
 
@@ -149,7 +143,7 @@ class Store:
 
     def line(self, release: str) -> IndexLine | None:
         """The index line of `release` (local suffix ignored), or None."""
-        plain = release.split("+", 1)[0]
+        plain = Release.drop_local(release)
         return next((line for line in self.index if line.release == plain), None)
 
     def releases(self) -> tuple[str, ...]:

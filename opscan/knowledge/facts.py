@@ -2,8 +2,8 @@
 
 Both files are package data, loaded with PyYAML's safe loader (its C version when available) and
 validated on load: every entry has a non-empty `source`, every op name parses as an OpKey, every
-release series is spelled "X.Y", no series is listed twice in one section, every shape rule names
-a known check, and every series of `always_cpu` has the other per-release facts too. A bad file
+release series is spelled "X.Y", no series is listed twice in one section, and every series of
+`always_cpu` has the other per-release facts too. A bad file
 raises `ValueError` naming the entry (it is a bug in opscan, not user input).
 """
 
@@ -18,8 +18,7 @@ from types import MappingProxyType
 
 import yaml
 
-from opscan.knowledge.shape_rules import CHECKS
-from opscan.opkey import OpKey
+from opscan.opkey import OpKey, Release
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FACTS_PATH = os.path.join(HERE, "facts.yaml")
@@ -29,38 +28,12 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # same constructors as 
 _PER_RELEASE = ("always_cpu", "python_registrations", "min_macos")
 
 
-def series_of(release: str) -> str:
-    """"2.14.1" / "2.14.1+cu130" / "2.14" -> "2.14"."""
-    parts = release.split("+", 1)[0].split(".")
-    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
-        raise ValueError(f"not a torch release: {release!r}")
-    return f"{int(parts[0])}.{int(parts[1])}"
-
-
-def version_tuple(release: str) -> tuple[int, int]:
-    """"2.14.1" -> (2, 14), for ordering release series."""
-    major, minor = series_of(release).split(".")
-    return int(major), int(minor)
-
-
 @dataclass(frozen=True)
 class Fact:
     """One sourced fact about an op: what it says and where it comes from."""
 
     source: str
     message: str = ""
-
-
-@dataclass(frozen=True)
-class ShapeError:
-    """A hard error inside an MPS kernel that the call's shapes or arguments predict."""
-
-    id: str
-    check: str  # name of a function in shape_rules.CHECKS
-    ops: frozenset[OpKey]
-    message: str
-    remedy: str
-    source: str
 
 
 @dataclass(frozen=True)
@@ -113,7 +86,6 @@ class ReleaseFacts:
     python_registrations: Mapping[OpKey, Fact]
     min_macos: str
     min_macos_source: str
-    shape_errors: tuple[ShapeError, ...]
     distributed_error: Fact | None  # set when c10d ops cannot fall back in this series
     outside_yaml: Mapping[OpKey, Fact] = field(default_factory=dict)  # MPS kernels the yaml lacks
     dtype_limits: tuple[DtypeLimit, ...] = ()
@@ -133,14 +105,14 @@ class Facts:
 
     def for_release(self, release: str) -> ReleaseFacts:
         """The facts for `release`'s series; ValueError when the series is unknown."""
-        s = series_of(release)
+        s = Release.parse(release).series
         if s not in self.series:
             raise ValueError(f"no MPS facts for torch {release}; known series: {', '.join(self.series)}")
         return _release_facts(self, s)
 
     def always_cpu_until(self, op: OpKey, release: str) -> str | None:
         """The first known series after `release` whose always-CPU list lacks `op`, or None."""
-        later = [s for s in self.series if version_tuple(s) > version_tuple(release)]
+        later = [s for s in self.series if _series_key(s) > _series_key(release)]
         return next((s for s in later if op not in dict(self.sections["always_cpu"][s])), None)
 
 
@@ -170,16 +142,6 @@ def _op_facts(entry: dict) -> tuple:
     return tuple((OpKey.from_yaml(o), fact) for o in ops)
 
 
-def _shape_error(entry: dict) -> tuple:
-    """A shape_errors entry as a one-element tuple (so it fits _per_series' shape)."""
-    _require(entry, ("id", "check", "ops", "message", "remedy", "source"), "shape_errors")
-    if entry["check"] not in CHECKS:
-        raise ValueError(f"shape_errors: {entry['id']}: no check named {entry['check']!r} in shape_rules")
-    ops = frozenset(OpKey.from_yaml(o) for o in entry["ops"])
-    text = {k: str(entry[k]) for k in ("id", "check", "message", "remedy", "source")}
-    return (ShapeError(ops=ops, **text),)
-
-
 def _dtype_limit(entry: dict) -> tuple:
     """A dtype_limits entry as a one-element tuple."""
     _require(entry, ("dtype", "releases", "message", "source"), "dtype_limits")
@@ -207,13 +169,13 @@ def _device_branches(entries: list[dict]) -> Mapping[OpKey, DeviceBranch]:
     return MappingProxyType(table)
 
 
-def _shape_sections(entries: list[dict], make=None) -> dict[str, tuple]:
-    """series -> every ShapeError that applies to it."""
+def _series_sections(entries: list[dict], section: str, make) -> dict[str, tuple]:
+    """series -> every entry of a section that applies to it (one series may have several)."""
     table: dict[str, tuple] = {}
     for entry in entries:
-        _require(entry, ("releases",), "shape_errors")
+        _require(entry, ("releases",), section)
         for s in entry["releases"]:
-            table[s] = table.get(s, ()) + (make or _shape_error)(entry)
+            table[s] = table.get(s, ()) + make(entry)
     return table
 
 
@@ -228,20 +190,19 @@ def parse_facts(raw: dict) -> Facts:
         ),
         "min_macos": _per_series(raw["min_macos"], "min_macos", lambda e: (e["macos"], e["source"])),
         "error_stubs": _per_series(raw["error_stubs"], "error_stubs", _op_facts),
-        "shape_errors": _shape_sections(raw.get("shape_errors", [])),
         "outside_yaml": _per_series(raw.get("outside_yaml", []), "outside_yaml", _op_facts),
-        "dtype_limits": _shape_sections(raw.get("dtype_limits", []), _dtype_limit),
-        "earlier_paths": _shape_sections(raw.get("earlier_paths", []), _earlier_path),
+        "dtype_limits": _series_sections(raw.get("dtype_limits", []), "dtype_limits", _dtype_limit),
+        "earlier_paths": _series_sections(raw.get("earlier_paths", []), "earlier_paths", _earlier_path),
     }
-    series = tuple(sorted(sections["always_cpu"], key=version_tuple))
+    series = tuple(sorted(sections["always_cpu"], key=_series_key))
     for name in _PER_RELEASE:
         if set(sections[name]) != set(series):
-            covered = sorted(sections[name], key=version_tuple)
+            covered = sorted(sections[name], key=_series_key)
             raise ValueError(f"facts.yaml: {name} covers {covered}, always_cpu {list(series)}")
     distributed = raw["distributed"]
     _require(distributed, ("namespace", "error_since", "message", "source"), "distributed")
     count = sum(len(raw[k]) for k in ("always_cpu", "python_registrations", "min_macos", "error_stubs"))
-    optional = ("shape_errors", "outside_yaml", "dtype_limits", "earlier_paths", "device_branches")
+    optional = ("outside_yaml", "dtype_limits", "earlier_paths", "device_branches")
     count += sum(len(raw.get(k, [])) for k in optional) + 1
     frozen = {k: MappingProxyType(v) for k, v in sections.items()}
     branches = _device_branches(raw.get("device_branches", []))
@@ -252,7 +213,7 @@ def _release_facts(facts: Facts, s: str) -> ReleaseFacts:
     """Assemble the facts of one known series."""
     sec = facts.sections
     dist = facts.distributed
-    broken = version_tuple(s) >= version_tuple(dist["error_since"])
+    broken = _series_key(s) >= _series_key(dist["error_since"])
     macos, macos_source = sec["min_macos"][s]
     return ReleaseFacts(
         series=s,
@@ -261,7 +222,6 @@ def _release_facts(facts: Facts, s: str) -> ReleaseFacts:
         python_registrations=MappingProxyType(dict(sec["python_registrations"][s])),
         min_macos=macos,
         min_macos_source=macos_source,
-        shape_errors=sec["shape_errors"].get(s, ()),
         distributed_error=Fact(dist["source"], dist["message"]) if broken else None,
         outside_yaml=MappingProxyType(dict(sec["outside_yaml"].get(s, ()))),
         dtype_limits=sec["dtype_limits"].get(s, ()),
@@ -304,3 +264,7 @@ def load_facts(path: str = FACTS_PATH) -> Facts:
 def load_torchvision(path: str = TORCHVISION_PATH) -> Mapping[OpKey, TorchvisionOp]:
     """Load and validate torchvision.yaml (cached)."""
     return parse_torchvision(_read(path))
+
+
+def _series_key(release: str) -> tuple[int, int]:
+    return Release.parse(release).series_key

@@ -29,7 +29,7 @@ from types import MappingProxyType
 from opscan.knowledge.table_text import read_shipped
 
 CHECKS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_checks.txt")
-KINDS = ("dtype", "rank", "size", "flag", "macos")
+CHECK_KINDS = ("dtype", "rank", "size", "flag", "macos")
 _WORDS = {
     "macos": r"mac ?os",
     "dtype": r"dtypes?|types?|float\w*|half|bfloat16|bf16|fp16|int\d*|long|complex|bool\w*|integ\w+|double"
@@ -48,10 +48,10 @@ _OTHER = re.compile(r"same device|same gpu|on the same|must be on|expected on|de
 
 
 def kind_of(message: str) -> str:
-    """What a check depends on, read from its message: `+`-joined KINDS, or "other"."""
+    """What a check depends on, read from its message: `+`-joined CHECK_KINDS, or "other"."""
     if _OTHER.search(message):
         return "other"
-    found = [k for k in KINDS if _PATTERNS[k].search(message)]
+    found = [k for k in CHECK_KINDS if _PATTERNS[k].search(message)]
     return "+".join(found) or "other"
 
 

@@ -1,8 +1,8 @@
 """Knowledge stage: one release's overloads, read from its knowledge-base `op` records.
 
-`OpTable` answers what `YamlIndex` answers (`get`, `mps_kernel`, `mps_counts`, `cia_with_mps`,
-`overloads`, `path`, `sha256`) from the records sources.py writes, decoding an overload only when
-asked, so loading a release costs a dict of short strings. Decoded `Overload.dispatch` holds only
+`OpTable` answers what the classifier asks of native_functions.yaml (`get`, `mps_kernel`, `mps_counts`,
+`cia_with_mps`, `overloads`, `path`, `sha256`) from the records sources.py writes, decoding an overload only
+when asked, so loading a release costs a dict of short strings. Decoded `Overload.dispatch` holds only
 the keys a record keeps (MPS and the composite keys).
 """
 

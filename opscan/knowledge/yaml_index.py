@@ -14,20 +14,16 @@ Composite kinds, as torchgen assigns them (torchgen/model.py, native_function_ge
   kernel that calls the overload they were generated from.
 
 Parsing keeps only the lines these fields live on (`- func:` cut to the overload name,
-`dispatch:` and its indented keys, `structured_delegate:`, `structured:`, `autogen:`), then uses
-PyYAML's C loader when available; a test checks that this gives the same index as loading the
-whole file. Results are cached per path.
+`dispatch:` and its indented keys, `structured_delegate:`, `structured:`, `autogen:`), then sources.py loads
+them with PyYAML's C loader when available; a test checks that this gives the same index as loading the
+whole file. sources.py turns the index into the knowledge base's `op` records, which optable.OpTable
+serves (the one table the classifier reads).
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-
-import yaml
+from dataclasses import dataclass
 
 from opscan.opkey import OpKey
 
@@ -36,7 +32,6 @@ CEA = "CompositeExplicitAutograd"
 CEANF = "CompositeExplicitAutogradNonFunctional"
 MPS = "MPS"
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _KEEP = ("- func:", "  dispatch:", "  structured_delegate:", "  structured:", "  autogen:")
 
 
@@ -68,45 +63,6 @@ class Overload:
         if self.autogen_from is not None or CEA in self.dispatch:
             return CEA
         return CEANF if CEANF in self.dispatch else None
-
-
-@dataclass(frozen=True, eq=False)
-class YamlIndex:
-    """Every overload of one native_functions.yaml, keyed by OpKey."""
-
-    path: str
-    sha256: str
-    overloads: Mapping[OpKey, Overload] = field(repr=False)
-
-    def get(self, op: OpKey) -> Overload | None:
-        """The overload's entry, or None when the yaml does not declare it."""
-        return self.overloads.get(op)
-
-    def mps_kernel(self, op: OpKey) -> str | None:
-        """"explicit" (dispatch names MPS), "delegate" (its structured delegate's does) or None."""
-        entry = self.overloads.get(op)
-        if entry is None:
-            return None
-        if MPS in entry.dispatch:
-            return "explicit"
-        delegate = entry.structured_delegate and self.overloads.get(entry.structured_delegate)
-        if delegate is not None and MPS in delegate.dispatch:
-            return "delegate"
-        return None
-
-    def mps_counts(self) -> tuple[int, int]:
-        """(explicit, inherited): overloads with an MPS kernel of their own / via a delegate."""
-        kinds = [self.mps_kernel(op) for op in self.overloads]
-        return kinds.count("explicit"), kinds.count("delegate")
-
-    def cia_with_mps(self) -> tuple[OpKey, ...]:
-        """Overloads whose dispatch names both CompositeImplicitAutograd and MPS, sorted.
-
-        On CPU these decompose before a dispatch mode sees them; on MPS their own kernel runs
-        (mps_facts.md §8)."""
-        return tuple(
-            sorted(op for op, o in self.overloads.items() if CIA in o.dispatch and MPS in o.dispatch)
-        )
 
 
 def _dispatch_keys(raw: Mapping[str, str] | None) -> frozenset[str]:
@@ -166,15 +122,3 @@ def index_entries(entries: list[dict]) -> dict[OpKey, Overload]:
     if not isinstance(entries, list) or not all(isinstance(e, dict) and "func" in e for e in entries):
         raise ValueError("not native_functions.yaml: expected a list of `func:` entries")
     return _index(entries)
-
-
-@functools.lru_cache(maxsize=8)
-def load_yaml_index(path: str) -> YamlIndex:
-    """Parse native_functions.yaml at `path` (cached per path; the result is immutable)."""
-    with open(path, "rb") as fh:
-        data = fh.read()
-    try:
-        overloads = index_entries(yaml.load(essential_lines(data.decode("utf-8")), Loader=_LOADER))
-    except (ValueError, yaml.YAMLError) as exc:
-        raise ValueError(f"{path}: {exc}") from exc
-    return YamlIndex(path, hashlib.sha256(data).hexdigest(), MappingProxyType(overloads))

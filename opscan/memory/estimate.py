@@ -18,7 +18,7 @@ from typing import Callable
 
 from opscan.memory.records import CATEGORIES, Block, Timeline
 
-Where = Callable[[int], tuple[str, str, str]]  # call index -> (phase, module, op)
+CallPlace = Callable[[int], tuple[str, str, str]]  # call index -> (phase, module, op)
 SETUP = ("setup", "", "")
 _MADE = {"forward": "activations", "loss": "activations"}
 
@@ -85,7 +85,7 @@ def carried(timeline: Timeline) -> frozenset[int]:
     return frozenset(i for i in timeline.alive_at_end() if timeline.blocks[i].clock >= 0)
 
 
-def estimate(timeline: Timeline, where: Where) -> Estimate:
+def estimate(timeline: Timeline, where: CallPlace) -> Estimate:
     """Sweep the events once: steady and first-step peaks, per phase, with their categories."""
     blocks = timeline.blocks
     phases = [where(b.clock)[0] if b.clock >= 0 else SETUP[0] for b in blocks]
@@ -125,7 +125,7 @@ def estimate(timeline: Timeline, where: Where) -> Estimate:
                     state=(sum(b.nbytes for b in state), sum(b.bf16_bytes for b in state)))
 
 
-def _peak(total: int, clock: int, where: Where, live: dict, ahead: dict) -> Peak:
+def _peak(total: int, clock: int, where: CallPlace, live: dict, ahead: dict) -> Peak:
     phase, module, op = where(clock) if clock >= 0 else SETUP
     return Peak(total, phase, module, op, clock, tuple((c, live[c] + ahead[c]) for c in CATEGORIES))
 

@@ -29,9 +29,9 @@ from opscan.memory.counters import GROWTH_COUNTER, READERS
 from opscan.memory.tracker import StorageTracker, track_step
 from opscan.trace import step
 from opscan.trace.attribution import ModuleTracker, PhaseTracker
+from opscan.trace.records import PHASES
 
 GROWTH_MIN = 1  # bytes per iteration, on average: tracked bytes are exact, and one kept loss is 4 bytes
-PHASES = ("forward", "loss", "backward", "optimizer")
 _SLOTS = 8  # clock = iteration * _SLOTS + phase index
 
 

@@ -7,15 +7,16 @@ a report row takes the worst of its calls.
 
 from __future__ import annotations
 
-from opscan.predict.kernel_checks import call_args, needs_args
+from opscan.predict.runtime_checks import call_args, needs_args, note_from_shapes
+from opscan.predict.dtype_rules import NO_MPS_DTYPES
 from opscan.predict.rules import predict_op
 from opscan.knowledge import Knowledge
-from opscan.knowledge.shape_rules import note_from_shapes
 from opscan.mps_view import BRANCHED_COMPOSITES, COPY, SRC_COPY, MpsCall
 from opscan.opkey import OpKey
 from opscan.verdict import Classification, Evidence, Verdict
 
-KERNEL_RULES = frozenset({"yaml-mps", "yaml-mps-delegate", "torchvision-mps"})
+# rules whose native verdict is a kernel of the op's own (decided_by "kernel"), not inferred by a rule
+DIRECT_KERNEL_RULES = frozenset({"yaml-mps", "yaml-mps-delegate", "torchvision-mps"})
 
 
 def has_mps_kernel(kb: Knowledge):
@@ -68,11 +69,11 @@ def _classify(call: MpsCall, kb: Knowledge, note, args=None) -> Classification:
 
 
 def _wide(dtypes) -> bool:
-    return any(d in ("float64", "complex128") for d in dtypes)
+    return any(d in NO_MPS_DTYPES for d in dtypes)
 
 
 def decided_by(classification: Classification) -> str:
     """"kernel" (a direct MPS entry), "unknown", or "rule" (everything else)."""
     if classification.verdict == Verdict.UNKNOWN:
         return "unknown"
-    return "kernel" if classification.evidence.rule in KERNEL_RULES else "rule"
+    return "kernel" if classification.evidence.rule in DIRECT_KERNEL_RULES else "rule"

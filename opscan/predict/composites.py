@@ -3,9 +3,9 @@
 `predict.rules.predict_op` without callees answers `unknown` for a composite. composites.txt (knowledge stage)
 holds the direct callees each composite called on sample inputs of PyTorch's OpInfo database (or, for the
 overloads no sample reaches, on synthetic arguments made from the schema), recorded with the installed torch.
-`judge(op, kb)` judges each callee in `kb`'s release (recursively: a callee that is a composite there is judged
-the same way), takes the worst callee of each recorded call and the worst call, and names the sample that
-decided it (rule `composite-samples`). A callee the release does not declare means the installed torch
+`judge_composite(op, kb)` judges each callee in `kb`'s release (recursively: a callee that is a composite
+there is judged the same way), takes the worst callee of each recorded call and the worst call, and names the
+sample that decided it (rule `composite-samples`). A callee the release does not declare means the installed torch
 decomposes differently from that release, whose own path is not known (rule `composite-path-unknown`,
 `unknown`); an overload no sample reached stays `unknown` with that reason (`composite-no-sample`).
 Results are cached per knowledge base. No torch import.
@@ -19,12 +19,12 @@ from opscan.knowledge import Knowledge
 from opscan.knowledge.composites import Composites, load_composites
 from opscan.opkey import OpKey
 from opscan.predict.dtype_rules import CHECK_ON_MAC, result
-from opscan.predict.rules import predict_op
+from opscan.predict.rules import predict_op, worst_decides
 from opscan.verdict import Classification, Verdict
 
-COPY = "copy_"
+_COPY = "copy_"
 # mps_view.py's rule mps-copy (not imported: mps_view imports the trace stage, hence torch; coverage must not)
-SRC_COPY = "aten/src/ATen/native/Copy.cpp copy_impl: MPS tensors go to mps::mps_copy_ (public source) [src]"
+_SRC_COPY = "aten/src/ATen/native/Copy.cpp copy_impl: MPS tensors go to mps::mps_copy_ (public source) [src]"
 _key = functools.lru_cache(maxsize=None)(OpKey.from_yaml)
 
 
@@ -35,7 +35,7 @@ def plain_status(op: OpKey, kb: Knowledge) -> Classification:
     return predict_op(op, (), kb, callees=callees)
 
 
-def judge(op: OpKey, kb: Knowledge) -> Classification:
+def judge_composite(op: OpKey, kb: Knowledge) -> Classification:
     """The dtype-free verdict of `op` in kb's release, composites judged by their recorded callees."""
     return _judge(op.yaml_name, kb, _memo(kb), ())
 
@@ -73,12 +73,8 @@ def _branched(branch, kb: Knowledge, memo: dict, stack) -> Classification:
     judged = [(op, v) for op in runs if (v := _judge(op.yaml_name, kb, memo, stack)) is not None]
     if not judged:
         return plain_status(branch.op, kb)
-    callee, worst = max(judged, key=lambda p: p[1].verdict.rank)
-    named = ", ".join(f"{op} ({v.verdict})" for op, v in judged)
-    text = (f"for MPS input {branch.op} dispatches {named} ({branch.condition}); the worst, {callee}, decides "
-            f"for torch {kb.release}")
-    source = " + ".join(dict.fromkeys((branch.source, worst.evidence.source)))
-    return result(worst.verdict, "mps-device-branch", text, source, worst.remedy)
+    return worst_decides(judged, "mps-device-branch", f"for MPS input {branch.op} dispatches ",
+                         f" ({branch.condition})", branch.source, kb.release)
 
 
 def _generated(op: OpKey, entry, origin: Classification, kb: Knowledge) -> Classification:
@@ -91,9 +87,9 @@ def _generated(op: OpKey, entry, origin: Classification, kb: Knowledge) -> Class
 
 def _from_samples(op: OpKey, kb: Knowledge, memo: dict, stack) -> Classification:
     """A composite's verdict from its recorded calls (see the module docstring)."""
-    if op.yaml_name == COPY:
+    if op.yaml_name == _COPY:
         text = f"copy_ into or out of an MPS tensor runs MPS's own copy (torch {kb.release})"
-        return result(Verdict.NATIVE, "mps-copy", text, SRC_COPY)
+        return result(Verdict.NATIVE, "mps-copy", text, _SRC_COPY)
     recorded = load_composites()
     calls = recorded.calls.get(op.yaml_name, ()) if recorded is not None else ()
     if not calls:
@@ -135,9 +131,5 @@ def _worst(op: OpKey, kb: Knowledge, recorded: Composites, judged) -> Classifica
         text = (f"{op} is {kind}; sample {sample} shows it dispatches no other op (a view: only tensor metadata), "
                 f"torch {kb.release}")
         return result(Verdict.NATIVE, "composite-samples", text, recorded.source)
-    callee, worst = max(pairs, key=lambda p: p[1].verdict.rank)
-    named = ", ".join(f"{c} ({v.verdict})" for c, v in pairs)
-    text = (f"{op} is {kind} in {kb.yaml_source}; sample {sample} calls {named}; the worst, {callee}, decides for "
-            f"torch {kb.release}")
-    source = " + ".join(dict.fromkeys((recorded.source, worst.evidence.source)))
-    return result(worst.verdict, "composite-samples", text, source, worst.remedy)
+    return worst_decides(pairs, "composite-samples", f"{op} is {kind} in {kb.yaml_source}; sample {sample} calls ",
+                         "", recorded.source, kb.release)

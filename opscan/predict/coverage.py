@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import yaml
 
 from opscan.knowledge import Knowledge, load_knowledge
-from opscan.predict.composites import judge
+from opscan.predict.composites import judge_composite
 from opscan.opkey import OpKey
 from opscan.verdict import Classification, Evidence, Verdict
 
@@ -92,7 +92,7 @@ def kernel_of(op: OpKey, kb: Knowledge) -> str:
 
 def status_of(op: OpKey, kb: Knowledge) -> Classification:
     """The dtype-free verdict; a composite is judged by what it calls (predict.composites)."""
-    return judge(op, kb)
+    return judge_composite(op, kb)
 
 
 def limits_of(op: OpKey, kb: Knowledge) -> tuple[dict, ...]:

@@ -23,11 +23,11 @@ import functools
 
 from opscan.knowledge import Knowledge
 from opscan.knowledge.common_mps import parse_macos
-from opscan.knowledge.kernel_rules import TensorArg
+from opscan.knowledge.conditions import TensorArg
 from opscan.verdict import Classification, Evidence, Verdict
 
 CHECK_ON_MAC = "check on a Mac with PYTORCH_MPS_LOG_PROFILE_INFO=68"
-WIDE = frozenset({"float64", "complex128"})
+NO_MPS_DTYPES = frozenset({"float64", "complex128"})
 COMPLEX = frozenset({"complex64", "complex32"})
 UNIMPLEMENTED = "UNIMPLEMENTED_XFAILLIST"
 # macOS-gated lists that describe missing support; 2.8's MACOS_BEFORE_13_3_XFAILLIST is commented
@@ -43,7 +43,7 @@ def result(verdict: Verdict, rule: str, text: str, source: str, remedy: str | No
 
 def float64(c) -> Classification | None:
     """MPS has no float64 or complex128 at all."""
-    wide = sorted(WIDE.intersection(c.dtypes))
+    wide = sorted(NO_MPS_DTYPES.intersection(c.dtypes))
     if not wide:
         return None
     text = (f"{c.op} gets {', '.join(wide)} input; MPS in torch {c.release} supports neither "
@@ -156,7 +156,7 @@ def opinfos_for(c) -> tuple[str, ...]:
 
 
 def _rank(c) -> int | None:
-    """The rank of the call's first argument, when its arguments were recorded (predict.kernel_checks)."""
+    """The rank of the call's first argument, when its arguments were recorded (predict.runtime_checks)."""
     values = c.args.values if getattr(c, "args", None) is not None else ()
     return values[0].dim if values and isinstance(values[0], TensorArg) else None
 

@@ -18,11 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from opscan.knowledge import Knowledge, load_knowledge
-from opscan.knowledge.entry import load_store, release_key
-from opscan.knowledge.facts import series_of
+from opscan.knowledge.entry import load_store
+from opscan.opkey import Release
 from opscan.verdict import Classification, Verdict
 
-RowKey = tuple  # (OpKey, dtypes)
+OpDtypes = tuple  # (OpKey, dtypes)
 
 
 @dataclass(frozen=True)
@@ -55,13 +55,13 @@ def release_groups() -> tuple[ReleaseGroup, ...]:
     """Covered releases grouped by (entry, series), oldest first."""
     groups: dict[tuple[str, str], list[str]] = {}
     for line in load_store().index:
-        groups.setdefault((line.entry, series_of(line.release)), []).append(line.release)
-    ordered = sorted(groups.values(), key=lambda rs: release_key(rs[0]))
-    return tuple(ReleaseGroup(rs[0], max(rs, key=release_key), tuple(rs)) for rs in ordered)
+        groups.setdefault((line.entry, Release.parse(line.release).series), []).append(line.release)
+    ordered = sorted(groups.values(), key=lambda rs: Release.parse(rs[0]))
+    return tuple(ReleaseGroup(rs[0], max(rs, key=Release.parse), tuple(rs)) for rs in ordered)
 
 
-def judge(rows: dict[RowKey, list], classify: Callable[[object, Knowledge], Classification],
-          macos: str | None) -> dict[str, dict[RowKey, bool]]:
+def native_by_release(rows: dict[OpDtypes, list], classify: Callable[[object, Knowledge], Classification],
+          macos: str | None) -> dict[str, dict[OpDtypes, bool]]:
     """For each group's first release: row -> every distinct call native. `rows` holds distinct calls."""
     out = {}
     for group in release_groups():
@@ -71,13 +71,13 @@ def judge(rows: dict[RowKey, list], classify: Callable[[object, Knowledge], Clas
     return out
 
 
-def since_of(native: dict[str, dict[RowKey, bool]]) -> dict[RowKey, str | None]:
+def since_of(native: dict[str, dict[OpDtypes, bool]]) -> dict[OpDtypes, str | None]:
     """Row -> the first release where it is native (None: never)."""
     keys = next(iter(native.values()), {}).keys()
     return {key: next((r for r, rows in native.items() if rows[key]), None) for key in keys}
 
 
-def advise(release: str, native: dict[str, dict[RowKey, bool]], current_native: bool,
+def advise(release: str, native: dict[str, dict[OpDtypes, bool]], current_native: bool,
            foreign: frozenset = frozenset()) -> Upgrade:
     """The smallest covered release after `release` where every row is native; rows in `foreign` (ops
     `release` does not declare) are set aside, and the advice says so."""
@@ -91,10 +91,10 @@ def advise(release: str, native: dict[str, dict[RowKey, bool]], current_native: 
     return replace(found, text=found.text + aside)
 
 
-def _advise(release: str, native: dict[str, dict[RowKey, bool]], current_native: bool) -> Upgrade:
+def _advise(release: str, native: dict[str, dict[OpDtypes, bool]], current_native: bool) -> Upgrade:
     """advise() for the rows kept."""
     groups = {g.first: g for g in release_groups()}
-    later = [r for r in native if release_key(groups[r].newest) > release_key(release)]
+    later = [r for r in native if Release.parse(groups[r].newest) > Release.parse(release)]
     checked = tuple(groups[r].newest for r in later)
     if current_native:
         return Upgrade(release, None, None, checked, (), f"every row is native in torch {release}")
@@ -113,22 +113,22 @@ def _advise(release: str, native: dict[str, dict[RowKey, bool]], current_native:
     return Upgrade(release, None, None, checked, blocking, text)
 
 
-def history(rows: dict[RowKey, Sequence], classify: Callable[[object, Knowledge], Classification],
-            kb: Knowledge, current: dict[RowKey, Verdict]) -> tuple[dict[RowKey, str | None], Upgrade]:
+def history(rows: dict[OpDtypes, Sequence], classify: Callable[[object, Knowledge], Classification],
+            kb: Knowledge, current: dict[OpDtypes, Verdict]) -> tuple[dict[OpDtypes, str | None], Upgrade]:
     """(row -> since, upgrade advice) for a scan predicted with `kb`.
 
     `rows`: row key -> its distinct calls; `classify(call, kb)` judges one call; `current`: each
     row's verdict for kb.release. An explicit --macos (kb.macos_source) is kept for every release.
     Rows of aten ops kb's release does not declare are set aside from the advice (module docstring)."""
     macos = ".".join(map(str, kb.macos)) if kb.macos_source == "--macos" else None
-    native = judge(rows, classify, macos)
+    native = native_by_release(rows, classify, macos)
     foreign = frozenset(k for k in rows if k[0].namespace == "aten" and not kb.yaml.has(k[0])
                         and k[0] not in kb.facts.earlier_paths)
     current_native = all(v == Verdict.NATIVE for k, v in current.items() if k not in foreign)
     return since_of(native), advise(kb.release, native, current_native, foreign)
 
 
-def distinct_calls(view, verdicts) -> tuple[dict[RowKey, list], dict[RowKey, Verdict]]:
+def distinct_calls(view, verdicts) -> tuple[dict[OpDtypes, list], dict[OpDtypes, Verdict]]:
     """(row key -> the row's calls that can be judged differently, row key -> its worst verdict).
 
     Calls that predict.predict_call answered from one cache entry ask one question, so one of them
@@ -136,8 +136,8 @@ def distinct_calls(view, verdicts) -> tuple[dict[RowKey, list], dict[RowKey, Ver
     questions: dict[int, tuple] = {}
     for call, found in zip(view, verdicts):
         questions.setdefault(id(found), (call, found))
-    rows: dict[RowKey, list] = {}
-    worst: dict[RowKey, Verdict] = {}
+    rows: dict[OpDtypes, list] = {}
+    worst: dict[OpDtypes, Verdict] = {}
     for call, found in questions.values():
         key = (call.op, call.dtypes)
         rows.setdefault(key, []).append(call)
@@ -161,7 +161,7 @@ def cache_of(caches: dict, kb: Knowledge) -> dict:
 
 
 def since_and_upgrade(view, verdicts, kb: Knowledge, caches: dict | None = None
-                      ) -> tuple[dict[RowKey, str | None], Upgrade]:
+                      ) -> tuple[dict[OpDtypes, str | None], Upgrade]:
     """history() for a scan: `verdicts` are predict.predict_call's answers for the view's calls."""
     rows, current = distinct_calls(view, verdicts)
     return history(rows, call_classifier(caches), kb, current)
@@ -169,7 +169,7 @@ def since_and_upgrade(view, verdicts, kb: Knowledge, caches: dict | None = None
 
 def with_since(found: Classification, since: str | None, release: str) -> Classification:
     """`found` with its row's `since`; a row native only in a later release gets that upgrade as remedy."""
-    if since is None or found.verdict == Verdict.NATIVE or release_key(since) <= release_key(release):
+    if since is None or found.verdict == Verdict.NATIVE or Release.parse(since) <= Release.parse(release):
         return replace(found, since=since)
     newest = next(g.newest for g in release_groups() if g.first == since)
     upgrade = f"upgrade to torch {newest} (native from {since})"

@@ -13,8 +13,8 @@ rules below in order and the first that applies decides (dtype rules: dtype_rule
 | 1 | `dtype-complex-no-list` | `unknown`: complex input, and the release has no common_mps.py |
 | 2 | `always-cpu` | `cpu_fallback`: MPSFallback.mm sends it to the CPU whatever the variable says |
 | 3 | `error-stub` | `error`: `_slow_conv2d_forward`'s MPS stub (mixed devices) |
-| 4 | `shape-<id>` | `error`: a kernel check that `args_note` shows will fail (shape_rules.py) |
-| 4c | `kernel-<id>` | `error` / `unsupported_dtype`: an encoded kernel check that `args` fail (kernel_checks.py) |
+| 4 | `shape-<id>` | `error`: a size rule of kernel_rules.yaml that `args_note` shows will fail (runtime_checks.py) |
+| 4c | `kernel-<id>` | `error` / `unsupported_dtype`: an encoded kernel check that `args` fail (runtime_checks.py) |
 | 4b | `dtype-xfail` / `macos-gate` | `unsupported_dtype` / `unknown`: common_mps.py expects the op's OpInfos to fail |
 | 5 | `yaml-mps` / `yaml-mps-delegate` | `native`: an MPS kernel of its own / via its structured delegate |
 | 5 | `mps-outside-yaml` | `native`: an MPS kernel registered by hand (2.0.0's bitwise ops; facts.yaml) |
@@ -35,11 +35,10 @@ from dataclasses import dataclass
 
 from opscan.predict.dtype_rules import CHECK_ON_MAC, complex_support, expected_failure, float64, release_limit
 from opscan.predict.dtype_rules import result as _result
-from opscan.predict.kernel_checks import CallArgs, kernel_check, with_limits
+from opscan.predict.runtime_checks import CallArgs, kernel_check, size_check, with_limits
 from opscan.knowledge import Knowledge
-from opscan.knowledge.facts import TorchvisionOp, version_tuple
-from opscan.knowledge.shape_rules import CHECKS
-from opscan.opkey import OpKey
+from opscan.knowledge.facts import TorchvisionOp
+from opscan.opkey import OpKey, Release
 from opscan.verdict import Classification, Evidence, Verdict
 
 Callees = tuple[tuple[OpKey, tuple[str, ...]], ...]
@@ -82,25 +81,21 @@ def _always_cpu(c: _Call) -> Classification | None:
     return _result(Verdict.CPU_FALLBACK, "always-cpu", text, fact.source, remedy)
 
 
-def _error_stub(c: _Call) -> Classification | None:
-    """Rule 3: an MPS registration that only raises (reached with mixed devices)."""
-    fact = c.kb.facts.error_stubs.get(c.op)
+def _listed(c: _Call, table, verdict: Verdict, rule: str, sentence: str, remedy: str | None = None):
+    """A rule decided by the op being listed in one of the release's facts tables: `sentence` filled in with
+    the release, the op and the fact's message; None when the op is not listed."""
+    fact = table.get(c.op)
     if fact is None:
         return None
-    text = (f"torch {c.release} registers {c.op} for MPS to an error stub, reached only when MPS and "
-            f"CPU tensors are mixed: '{fact.message}'")
-    remedy = "keep the input and the weight on the same device (both on MPS)"
-    return _result(Verdict.ERROR, "error-stub", text, fact.source, remedy)
+    text = sentence.format(release=c.release, op=c.op, message=fact.message)
+    return _result(verdict, rule, text, fact.source, remedy)
 
 
-def _shape_error(c: _Call) -> Classification | None:
-    """Rule 4: a kernel check that the call's sizes (args_note) will fail."""
-    for rule in c.kb.facts.shape_errors:
-        if c.op in rule.ops and CHECKS[rule.check](c.args_note):
-            text = (f"the MPS kernel of {c.op} in torch {c.release} raises for these sizes "
-                    f"{c.args_note}: '{rule.message}'")
-            return _result(Verdict.ERROR, f"shape-{rule.id}", text, rule.source, rule.remedy)
-    return None
+def _error_stub(c: _Call) -> Classification | None:
+    """Rule 3: an MPS registration that only raises (reached with mixed devices)."""
+    return _listed(c, c.kb.facts.error_stubs, Verdict.ERROR, "error-stub",
+                   "torch {release} registers {op} for MPS to an error stub, reached only when MPS and CPU tensors "
+                   "are mixed: '{message}'", "keep the input and the weight on the same device (both on MPS)")
 
 
 def _yaml_mps(c: _Call) -> Classification | None:
@@ -119,21 +114,15 @@ def _yaml_mps(c: _Call) -> Classification | None:
 
 def _outside_yaml(c: _Call) -> Classification | None:
     """Rule 5: an MPS kernel registered outside the yaml-generated code (facts.yaml)."""
-    fact = c.kb.facts.outside_yaml.get(c.op)
-    if fact is None:
-        return None
-    text = f"torch {c.release} registers an MPS kernel for {c.op} by hand, outside native_functions.yaml"
-    return _result(Verdict.NATIVE, "mps-outside-yaml", text, fact.source)
+    return _listed(c, c.kb.facts.outside_yaml, Verdict.NATIVE, "mps-outside-yaml",
+                   "torch {release} registers an MPS kernel for {op} by hand, outside native_functions.yaml")
 
 
 def _python_registration(c: _Call) -> Classification | None:
     """Rule 6: implemented in Python for MPS by torch.backends.mps._init()."""
-    fact = c.kb.facts.python_registrations.get(c.op)
-    if fact is None:
-        return None
-    text = (f"torch {c.release} implements {c.op} for MPS in Python (torch.backends.mps._init()): "
-            "it runs as a decomposition into MPS ops, not on the CPU")
-    return _result(Verdict.NATIVE, "python-registration", text, fact.source)
+    return _listed(c, c.kb.facts.python_registrations, Verdict.NATIVE, "python-registration",
+                   "torch {release} implements {op} for MPS in Python (torch.backends.mps._init()): it runs as a "
+                   "decomposition into MPS ops, not on the CPU")
 
 
 def _distributed(c: _Call) -> Classification | None:
@@ -168,7 +157,7 @@ def _other_namespace(c: _Call) -> Classification | None:
 def _torchvision(c: _Call, entry: TorchvisionOp) -> Classification:
     """A torchvision op of the table: native once its kernel shipped."""
     paired = f"torchvision {entry.since_torchvision} (paired with torch {entry.since_torch})"
-    if version_tuple(c.release) >= version_tuple(entry.since_torch):
+    if Release.parse(c.release).series_key >= Release.parse(entry.since_torch).series_key:
         text = f"{c.op} has an MPS kernel since {paired}; predicted for torch {c.release}"
         return _result(Verdict.NATIVE, "torchvision-mps", text, entry.source)
     text = f"{c.op} has no MPS kernel before {paired}; torch {c.release} predates it"
@@ -189,14 +178,19 @@ def _composite(c: _Call) -> Classification | None:
         text = (f"{c.op} is {kind} in {c.kb.yaml_source}: a composite whose callees were "
                 f"not found, so its verdict for torch {c.release} is not known")
         return _result(Verdict.UNKNOWN, "composite-no-callees", text, c.kb.yaml_source, CHECK_ON_MAC)
-    seen = list(dict.fromkeys(c.callees))
-    results = [predict_op(op, dtypes, c.kb) for op, dtypes in seen]
-    worst = max(range(len(seen)), key=lambda i: results[i].verdict.rank)
-    named = ", ".join(f"{op} ({r.verdict})" for (op, _), r in zip(seen, results))
-    text = (f"{c.op} is {kind} in {c.kb.yaml_source}; composite; callees: {named}; "
-            f"the worst, {seen[worst][0]}, decides for torch {c.release}")
-    source = " + ".join(dict.fromkeys((c.kb.yaml_source, results[worst].evidence.source)))
-    return _result(results[worst].verdict, "composite-callees", text, source, results[worst].remedy)
+    judged = [(op, predict_op(op, dtypes, c.kb)) for op, dtypes in dict.fromkeys(c.callees)]
+    return worst_decides(judged, "composite-callees", f"{c.op} is {kind} in {c.kb.yaml_source}; composite; callees: ",
+                         "", c.kb.yaml_source, c.release)
+
+
+def worst_decides(judged, rule: str, before: str, after: str, base_source: str, release: str) -> Classification:
+    """The worst of `judged` ((callee, Classification) pairs; the first on a tie) decides: its verdict and remedy,
+    every callee named "op (verdict)" between `before` and `after`, its source beside `base_source`."""
+    callee, worst = max(judged, key=lambda pair: pair[1].verdict.rank)
+    named = ", ".join(f"{op} ({found.verdict})" for op, found in judged)
+    text = f"{before}{named}{after}; the worst, {callee}, decides for torch {release}"
+    source = " + ".join(dict.fromkeys((base_source, worst.evidence.source)))
+    return _result(worst.verdict, rule, text, source, worst.remedy)
 
 
 def _earlier_path(c: _Call) -> Classification | None:
@@ -232,7 +226,7 @@ def _no_kernel(c: _Call) -> Classification:
 
 
 _RULES: tuple[Callable[[_Call], Classification | None], ...] = (
-    float64, release_limit, complex_support, _always_cpu, _error_stub, _shape_error, kernel_check, expected_failure,
+    float64, release_limit, complex_support, _always_cpu, _error_stub, size_check, kernel_check, expected_failure,
     _yaml_mps, _outside_yaml, _python_registration, _distributed, _other_namespace, _composite, _earlier_path,
     _not_in_yaml,
 )
@@ -252,17 +246,18 @@ def predict_op(
 
     `callees`: for a composite op, the (OpKey, dtypes) of the ops it calls on MPS; None or () when
     not known (a composite then gets `unknown`, never `native`). `args_note`: sizes some kernel
-    checks need, keys documented in opscan.knowledge.shape_rules (build it with `note_from_shapes`).
+    checks need, keys documented in predict.runtime_checks (build it with `note_from_shapes`).
     `cpu_op`: the op the CPU trace showed where the MPS view runs another (its OpInfo expectations count).
-    `args`: the call's arguments (predict.kernel_checks.call_args), read by the kernels' runtime checks; a
+    `args`: the call's arguments (predict.runtime_checks.call_args), read by the kernels' runtime checks; a
     row native from the yaml names the checks of its kernel that the prediction does not decide.
     """
     call = _Call(op, tuple(dtypes), kb, tuple(callees) if callees else None, args_note, cpu_op, args)
     for rule in _RULES:
         result = rule(call)
         if result is not None:
-            return with_limits(call, result) if result.evidence.rule in _KERNEL_RULES else result
+            return with_limits(call, result) if result.evidence.rule in _YAML_KERNEL_RULES else result
     return _no_kernel(call)
 
 
-_KERNEL_RULES = frozenset({"yaml-mps", "yaml-mps-delegate"})
+# native from native_functions.yaml: such a row also names its kernel's runtime checks the prediction leaves open
+_YAML_KERNEL_RULES = frozenset({"yaml-mps", "yaml-mps-delegate"})

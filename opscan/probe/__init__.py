@@ -6,6 +6,6 @@ fallback passes, crash/timeout isolation; zygote.py forks workers where that is 
 contract's decision table), reconcile.py (probe outcomes -> row measurements and the report's
 `measurement` section), journal.py (outcomes as they arrive, --resume), progress.py (the stderr bar),
 stage.py (the entry point scan.py calls).
-Child side: worker.py, replay.py, compare.py, backends.py, texts.py, protocol.py, shrink.py — they
+Child side: worker.py, replay.py, rebuild.py, comparison.py, backends.py, texts.py, protocol.py, shrink.py — they
 import only torch, op_probes and each other (never rich, networkx or yaml; tested).
 """

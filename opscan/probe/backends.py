@@ -101,7 +101,7 @@ class DeviceDouble:
         return None if d is None else cls(d["module"], d["attr"], tuple(d["path"]), d.get("options"))
 
 
-def load(device: str, double: DeviceDouble | None = None):
+def load_backend(device: str, double: DeviceDouble | None = None):
     """The backend for `device`, or the test double the parent named in the setup message."""
     if double is None:
         return REAL[device]()

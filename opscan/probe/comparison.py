@@ -1,10 +1,10 @@
 """Probe stage, both sides, and every repro script: THE comparison of a call's outputs with its CPU reference.
 
-One source: the probe worker compares through it (compare.py wraps the result in a Comparison), the decision
-table and the report read its tolerances and the fallback-warning text, and opscan/repro/script.py copies this
-file, byte for byte, into every generated repro script (a test holds the copy to this file). So it is written
-for both: the standard library at import, torch imported inside the functions that compare tensors, nothing
-from opscan, no `from __future__`, and no `__main__` guard.
+One source: the probe worker compares through it (protocol.py's Comparison.of_outputs records the result),
+the decision table and the report read its tolerances and the fallback-warning text, and opscan/repro/script.py
+copies this file, byte for byte, into every generated repro script (a test holds the copy to this file). So it
+is written for both: the standard library at import, torch imported inside the functions that compare tensors,
+nothing from opscan, no `from __future__`, and no `__main__` guard.
 
 A floating output is within tolerance when, elementwise, |out - ref| <= atol * max(1, max|ref|) + rtol * |ref|
 with (atol, rtol) of the least precise floating dtype the call touches (TOLERANCES, published in the README),

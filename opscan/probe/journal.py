@@ -21,7 +21,7 @@ from pathlib import Path
 from opscan.errors import OpscanError
 from opscan.probe.protocol import PassOutcome, ProtocolError
 
-JOURNAL_NAME = "probes.jsonl"
+PROBES_JOURNAL = "probes.jsonl"
 VERSION = 1
 
 
@@ -29,7 +29,7 @@ class JournalError(OpscanError):
     """A journal that cannot be resumed (another plan, another version, unreadable)."""
 
 
-def read(path: Path, fingerprint: str) -> tuple[dict, dict, int]:
+def read_journal(path: Path, fingerprint: str) -> tuple[dict, dict, int]:
     """(outcomes keyed (probe, pass), environments by pass, byte length of the valid part). A torn last line
     (the run was killed mid-write) is dropped; any other line that is not a record is a JournalError naming it."""
     try:
@@ -87,7 +87,7 @@ class Journal:
         self.done, self.environments = {}, {}
         self._failed = False
         if resume and self.path.is_file() and self.path.stat().st_size:
-            self.done, self.environments, size = read(self.path, fingerprint)
+            self.done, self.environments, size = read_journal(self.path, fingerprint)
             with open(self.path, "r+b") as f:
                 f.truncate(size)
             self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115

@@ -9,9 +9,14 @@ the parent (`crash`, `timeout`). Stdlib only: the worker imports this module.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import math
+import socket
 from dataclasses import asdict, dataclass, field
+
+from opscan.probe import comparison  # stdlib at import, like this module
 
 VERSION = 1
 PASSES = ("off", "on")  # PYTORCH_ENABLE_MPS_FALLBACK unset / "1" in the child before `import torch`
@@ -93,7 +98,11 @@ def _without_values(spec):
 
 @dataclass(frozen=True)
 class Comparison:
-    """How a pass's outputs compared with the reference (tolerances are declared in compare.py)."""
+    """How a pass's outputs compared with the reference (the rule and its tolerances: comparison.py).
+
+    The reference is the same call on the CPU with floating inputs cast to float64 (complex to complex128);
+    when the op refuses float64 it is the same call on the CPU in the probe's dtypes (`reference: "same-dtype"`).
+    """
 
     how: str  # "elementwise" | "properties" | "shape" | "mixed" | "none" (nothing was compared)
     within: bool | None  # None: unchecked — no reference, or no output to compare: never "within tolerance"
@@ -110,6 +119,20 @@ class Comparison:
     def from_dict(cls, d: dict | None) -> Comparison | None:
         """Inverse of to_dict (None stays None)."""
         return None if d is None else cls(**d)
+
+    @classmethod
+    def of_outputs(cls, func, got: list, ref: list, dtypes, reference: str) -> Comparison:
+        """Compare the probe's outputs `got` with `ref` (both on the CPU), leaf by leaf, by comparison.py's rule;
+        an op with no output to compare is unchecked (`within` None), not within tolerance."""
+        problem, err_abs, err_rel, _, how = comparison.compare(func, dtypes, got, ref)
+        if problem is None and how == "none":
+            return cls("none", None, reference=reference, detail="the call has no output to compare")
+        return cls(how, problem is None, _finite(err_abs), _finite(err_rel), reference, problem)
+
+    @classmethod
+    def without_reference(cls, why: str) -> Comparison:
+        """The record of a pass whose outputs could not be compared (no CPU reference): unchecked, never within."""
+        return cls("none", None, reference="none", detail=f"no CPU reference: {why}")
 
     @property
     def checked(self) -> bool:
@@ -194,3 +217,16 @@ def loads(line: str) -> dict:
     if not isinstance(value, dict):
         raise ProtocolError(f"not a JSON object: {line[:200]!r}")
     return value
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def child_socket(prog: str, argv: list[str] | None = None) -> tuple[socket.socket, str]:
+    """The socket and device a worker or zygote process was started with (launch.py's `--fd N --device D`)."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--device", required=True)
+    ns = parser.parse_args(argv)
+    return socket.socket(fileno=ns.fd), ns.device

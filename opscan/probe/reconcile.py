@@ -119,7 +119,7 @@ def probe_verdicts(plan, result) -> Counter:
     return counts
 
 
-def section(plan, result, options, where: Where, isolation: str, journal: str | None, run: dict) -> dict:
+def measurement_section(plan, result, options, where: Where, isolation: str, journal: str | None, run: dict) -> dict:
     """The report's top-level `measurement` section (see README, "Measured mode")."""
     envs = result.environments
     return {

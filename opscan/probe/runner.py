@@ -139,7 +139,7 @@ class Pool:
         if pooled.status not in ("crash", "timeout"):
             handle.kill()
         fresh = self._start()
-        alone = replace(self.ask(fresh, probe), confirmed=f"pooled run: {summary(pooled)}; re-run alone in a "
+        alone = replace(self.ask(fresh, probe), confirmed=f"pooled run: {outcome_summary(pooled)}; re-run alone in a "
                                                           "fresh process")
         if alone.clean or alone.status == "unbuildable":
             return alone, fresh
@@ -174,7 +174,7 @@ def ask(handle, probe: ProbeCall, pass_name: str, timeout: float) -> PassOutcome
                            f"{exc}", duration=took)
 
 
-def summary(outcome: PassOutcome) -> str:
+def outcome_summary(outcome: PassOutcome) -> str:
     """A few words on an outcome (for `confirmed`)."""
     if outcome.status == "crash":
         return f"crash ({outcome.signal})"

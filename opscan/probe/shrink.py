@@ -94,13 +94,14 @@ def check_on_meta(call: ProbeCall) -> str | None:
     import torch
 
     from opscan.probe import replay
+    from opscan.probe.rebuild import decode_argument
 
     try:
         func = replay.resolve(call.op)
         tensors = [torch.empty_strided(t.shape, t.stride, dtype=getattr(torch, t.dtype), device="meta")
                    for t in call.tensors]
-        args = [replay.decode(a, tensors, "meta", 0) for a in call.spec.get("args", [])]
-        kwargs = {k: replay.decode(v, tensors, "meta", 0) for k, v in call.spec.get("kwargs", {}).items()}
+        args = [decode_argument(a, tensors, "meta", 0) for a in call.spec.get("args", [])]
+        kwargs = {k: decode_argument(v, tensors, "meta", 0) for k, v in call.spec.get("kwargs", {}).items()}
         func(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - any failure means: do not cap this call
         return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"

@@ -2,7 +2,7 @@
 
 `measure(trace, view, options, model_name, session)` returns a `Measurement`: the per-row measurements,
 the report's `measurement` section, and the plan and outcomes they came from (scan.py hands the first two
-to the report). `Session` is the observer the CLI passes in: it opens the journal in the report folder
+to the report). `ProbeSession` is the observer the CLI passes in: it opens the journal in the report folder
 (resuming it when asked) and draws the progress bar. A device that cannot be used is a
 `ProbeEnvironmentError` (exit 2), never a row.
 """
@@ -17,7 +17,7 @@ from typing import Callable
 
 from opscan.errors import OpscanError
 from opscan.probe import calls, reconcile, runner
-from opscan.probe.journal import JOURNAL_NAME, Journal
+from opscan.probe.journal import PROBES_JOURNAL, Journal
 from opscan.probe.backends import DeviceDouble
 from opscan.probe.launch import LaunchError
 
@@ -61,7 +61,7 @@ class Measurement:
         return self.where.stands_for_mps
 
 
-class Session(runner.Observer):
+class ProbeSession(runner.Observer):
     """Journal (in the report folder) and progress bar for one measured run."""
 
     probes_here = True  # False: the outcomes come from elsewhere (`opscan merge`), no device is used here
@@ -76,8 +76,8 @@ class Session(runner.Observer):
         """Open (or resume) the journal; returns the outcomes and environments already recorded."""
         folder = Path(self.folder_for(model_name))
         folder.mkdir(parents=True, exist_ok=True)
-        self.journal = Journal(folder / JOURNAL_NAME, plan.fingerprint, plan.device, len(plan.probes), self.resume)
-        self.name = JOURNAL_NAME
+        self.journal = Journal(folder / PROBES_JOURNAL, plan.fingerprint, plan.device, len(plan.probes), self.resume)
+        self.name = PROBES_JOURNAL
         self.log_path = str(folder / LOG_NAME)
         return self.journal.done, self.journal.environments
 
@@ -106,7 +106,7 @@ class Session(runner.Observer):
             self.journal.close()
 
 
-def measure(trace, view, options: ProbeOptions, model_name: str, session: Session | None = None) -> Measurement:
+def measure(trace, view, options: ProbeOptions, model_name: str, session: ProbeSession | None = None) -> Measurement:
     """Plan, run and reconcile the probes of one traced step (on `options.double` instead of the device: tests)."""
     if options.double is None and (session is None or session.probes_here):
         check_device(options.device)
@@ -126,7 +126,7 @@ def measure(trace, view, options: ProbeOptions, model_name: str, session: Sessio
     where = measured_on(options.device, result.environments)
     run = {"wall_s": round(time.monotonic() - start, 3), "reused_outcomes": result.reused}
     rows = reconcile.measure_rows(plan, result, where.label)
-    section = reconcile.section(plan, result, run_options, where, runner.isolation_for(run_options),
+    section = reconcile.measurement_section(plan, result, run_options, where, runner.isolation_for(run_options),
                                 session.name if session else None, run)
     return Measurement(rows, reconcile.measure_calls(plan, result), where, section, plan, result)
 

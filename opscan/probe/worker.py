@@ -14,7 +14,6 @@ every probe is seen. Light on purpose: torch, op_probes and opscan.probe's worke
 
 from __future__ import annotations
 
-import argparse
 import faulthandler
 import os
 import socket
@@ -24,8 +23,9 @@ import warnings
 
 import torch
 
-from opscan.probe import backends, compare, comparison, replay, shrink
-from opscan.probe.protocol import VERSION, PassOutcome, ProbeCall, dumps, loads, read_setup
+from opscan.probe import backends, comparison, replay, shrink
+from opscan.probe.rebuild import BuildError, collect
+from opscan.probe.protocol import VERSION, Comparison, PassOutcome, ProbeCall, child_socket, dumps, loads, read_setup
 from opscan.probe.texts import fallback_ops
 
 MESSAGE_LIMIT = 4000
@@ -36,7 +36,7 @@ def preload(device: str, double: dict | None = None):
     setup line named one) and op_probes."""
     import op_probes  # noqa: F401  (builders register at import; a broken registry fails here, loudly)
 
-    return backends.load(device, backends.DeviceDouble.from_dict(double))
+    return backends.load_backend(device, backends.DeviceDouble.from_dict(double))
 
 
 def serve(sock: socket.socket, backend) -> None:
@@ -64,13 +64,13 @@ def run_one(call: ProbeCall, pass_name: str, backend) -> PassOutcome:
     try:
         func = replay.resolve(call.op)
         used, tensors, reference, shapes = _prepare(call, func)
-    except replay.BuildError as exc:
+    except BuildError as exc:
         return PassOutcome(call.id, pass_name, "unbuildable", "BuildError", str(exc))
     got, error, caught = _run_on_device(used, func, tensors, backend)
     seen = fallback_ops(caught)
     common = dict(warnings=tuple(w[:MESSAGE_LIMIT] for w in caught[:20]), fallback_seen=bool(seen),
                   extra={"fallback_ops": seen, "shapes": shapes})
-    if isinstance(error, replay.BuildError):  # an argument that cannot be decoded here
+    if isinstance(error, BuildError):  # an argument that cannot be decoded here
         return PassOutcome(call.id, pass_name, "unbuildable", "BuildError", str(error))
     if error is not None:
         return PassOutcome(call.id, pass_name, "raised", type(error).__name__, _message(error),
@@ -89,7 +89,7 @@ def _prepare(call: ProbeCall, func):
         capped = shrink.apply(call)
         try:
             tensors = replay.build(capped, func)
-        except replay.BuildError:
+        except BuildError:
             tensors = None
         reference = _reference(capped, func, tensors) if tensors is not None else None
         if isinstance(reference, tuple):
@@ -110,7 +110,7 @@ def _reference(call, func, tensors):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 args, kwargs = replay.materialize(call, tensors, "cpu", wide=wide)
-                return replay.collect(func, func(*args, **kwargs), args, kwargs), label
+                return collect(func, func(*args, **kwargs), args, kwargs), label
         except Exception as exc:  # noqa: BLE001 - this reference cannot run: try the next one
             why = f"{type(exc).__name__}: {_message(exc)[:300]}"
     return why
@@ -125,7 +125,7 @@ def _run_on_device(call, func, tensors, backend):
             args, kwargs = replay.materialize(call, tensors, backend.device, wide=False)
             out = backend.call(func, args, kwargs)
             backend.sync()
-            got = [_host(v) for v in replay.collect(func, out, args, kwargs)]
+            got = [_host(v) for v in collect(func, out, args, kwargs)]
             backend.sync()
             error = None
         except Exception as exc:  # noqa: BLE001 - the op's failure is the measurement
@@ -139,9 +139,9 @@ def _host(value):
 
 def _compare(call, func, got, reference):
     if isinstance(reference, str):
-        return compare.unchecked(reference)
+        return Comparison.without_reference(reference)
     outputs, label = reference
-    return compare.compare(func, got, outputs, [t.dtype for t in call.tensors], label)
+    return Comparison.of_outputs(func, got, outputs, [t.dtype for t in call.tensors], label)
 
 
 def _message(exc: BaseException) -> str:
@@ -150,13 +150,9 @@ def _message(exc: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of a freshly spawned worker (a new interpreter: nothing was forked)."""
-    parser = argparse.ArgumentParser(prog="opscan-probe-worker")
-    parser.add_argument("--fd", type=int, required=True)
-    parser.add_argument("--device", required=True)
-    ns = parser.parse_args(argv)
-    sock = socket.socket(fileno=ns.fd)
+    sock, device = child_socket("opscan-probe-worker", argv)
     setup = sock.makefile("rb").readline().decode()  # the parent sends nothing more until the hello
-    serve(sock, preload(ns.device, read_setup(setup)))
+    serve(sock, preload(device, read_setup(setup)))
 
 
 if __name__ == "__main__":

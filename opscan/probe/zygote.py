@@ -14,7 +14,6 @@ socket (the parent is gone) kills every worker and ends the zygote.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import select
@@ -96,15 +95,12 @@ def serve_forks(ctl: socket.socket, backend) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Import the worker's world, say ready, serve fork requests."""
-    parser = argparse.ArgumentParser(prog="opscan-probe-zygote")
-    parser.add_argument("--fd", type=int, required=True)
-    parser.add_argument("--device", required=True)
-    ns = parser.parse_args(argv)
-    ctl = socket.socket(fileno=ns.fd)
-    from opscan.probe.protocol import read_setup
+    from opscan.probe.protocol import child_socket, read_setup
+
+    ctl, device = child_socket("opscan-probe-zygote", argv)
     from opscan.probe.worker import preload
 
-    backend = preload(ns.device, read_setup(ctl.recv(65536).decode()))
+    backend = preload(device, read_setup(ctl.recv(65536).decode()))
     refusal = _refusal(backend)
     _send(ctl, {"refused": refusal} if refusal else {"ready": os.getpid()})
     if not refusal:

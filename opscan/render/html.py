@@ -15,7 +15,7 @@ from html import escape
 from opscan.opkey import signature_text
 from opscan.report import Report, Row
 from opscan.render.html_assets import ERROR_HOOK, PAGE_SCRIPT, STYLE
-from opscan.render.html_memory import memory_section
+from opscan.render.html_memory import memory_html
 from opscan.render.svg import neighbourhood_svg
 from opscan.units import human_bytes
 from opscan.verdict import Verdict
@@ -202,7 +202,7 @@ def _memory(report: Report) -> str:
     memory = report.memory
     if not memory:
         return ""
-    return memory_section(memory)  # the estimate, the Mac sizing table, the live log (html_memory.py)
+    return memory_html(memory)  # the estimate, the Mac sizing table, the live log (html_memory.py)
 
 
 def _environment(report: Report) -> str:

@@ -15,7 +15,7 @@ CATEGORY_NAMES = ("parameters", "gradients", "optimizer_state", "activations", "
 VERDICT_CLASS = {"fits": "native", "tight": "cpu_fallback", "does_not_fit": "unsupported"}
 
 
-def memory_section(memory: dict) -> str:
+def memory_html(memory: dict) -> str:
     """The whole <section id="memory">."""
     peak = memory["estimate"]["peak"]
     head = (f'<p class="memory-line"><b>{escape(memory["line"])}</b> — at module {escape(peak["module"] or "(model)")} '

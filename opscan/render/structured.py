@@ -10,7 +10,7 @@ from opscan.report import Report
 
 
 def render_json(report: Report, **_) -> str:
-    """The report as indented JSON (schema v1)."""
+    """The report as indented JSON (schema v2)."""
     return json.dumps(report.to_dict(), indent=2) + "\n"
 
 

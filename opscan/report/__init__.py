@@ -109,7 +109,7 @@ class Report:
         return max((r.verdict for r in self.rows), key=lambda v: v.rank, default=Verdict.NATIVE)
 
     def to_dict(self) -> dict[str, Any]:
-        """The report JSON, schema v1."""
+        """The report JSON, schema v2 (SCHEMA_VERSION)."""
         return {
             "schema_version": self.schema_version,
             "opscan_version": self.opscan_version,

@@ -16,6 +16,7 @@ from collections import Counter
 from typing import Any
 
 from opscan import __version__
+from opscan.opkey import Release
 from opscan.report import Report, RowUse, count_phases, disagreements, make_row, measured_rows
 from opscan.verdict import Classification, Source
 
@@ -141,7 +142,7 @@ def _assumptions(torch_version: str, kb, measurement=None) -> dict[str, Any]:
 
 
 def _what_if(torch_version: str, kb) -> list[str]:
-    if kb.release == torch_version.split("+", 1)[0]:
+    if kb.release == Release.drop_local(torch_version):
         return []
     return [f"what-if: the step was traced with the installed torch {torch_version} and judged against torch "
             f"{kb.release}'s knowledge; decompositions and the MPS view can differ between releases"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from opscan.probe.protocol import PassOutcome, ProbeCall
 
-SMALL = tuple(range(1, 9))  # every size up to 8 is a candidate
+SMALL_SIZES = tuple(range(1, 9))  # every size up to 8 is a candidate
 MAX_CANDIDATES = 12
 
 
@@ -56,7 +56,7 @@ def failure_key(outcome: PassOutcome) -> tuple | None:
 
 def candidates(size: int) -> list[int]:
     """Smaller sizes to try for `size`, ascending."""
-    found = {w for w in SMALL} | {size // 8, size // 4, size // 2, size - 1}
+    found = {w for w in SMALL_SIZES} | {size // 8, size // 4, size // 2, size - 1}
     return sorted(w for w in found if 1 <= w < size)[:MAX_CANDIDATES]
 
 

@@ -1,10 +1,10 @@
 """Repro stage: the runtime of every generated repro script, copied into it verbatim after its data (script.py).
 
 Standalone on purpose: torch and the standard library only, nothing from opscan. It rebuilds a probe's
-inputs exactly as the probe worker does (opscan/probe/replay.py: a seeded CPU generator per probe, the
-recorded shapes and strides, recorded or inlined integer values), runs the call on the device, runs the
-CPU reference (floating inputs widened to float64, else the probe's own dtypes) and compares them with
-opscan/probe/comparison.py, the probe worker's own comparison (copied into the script before this file).
+inputs and arguments with opscan/probe/rebuild.py, the probe worker's own rebuilder (a seeded CPU generator per
+probe, the recorded shapes and strides, recorded or inlined values), runs the call on the device, runs the CPU
+reference (floating inputs widened to float64, else the probe's own dtypes) and compares them with
+opscan/probe/comparison.py, the probe worker's own comparison (both copied into the script before this file).
 `main(case)` returns the script's exit code:
 
     0  ran and agreed with the reference, no CPU-fallback warning: the failure did not reproduce
@@ -21,22 +21,18 @@ import argparse
 import os
 import sys
 import warnings
-import zlib
 
 import torch
 
 from opscan.probe.comparison import compare, fallback_ops, references  # scripts: comparison.py comes first
-
-FLOATING = ("float64", "float32", "float16", "bfloat16")
-COMPLEX = ("complex64", "complex128")
-RANDOM_DTYPE = {"float16": "float32", "bfloat16": "float32", "float32": "float32", "float64": "float64",
-                "complex64": "complex64", "complex128": "complex128"}
-WIDE = {"float16": "float64", "bfloat16": "float64", "float32": "float64", "float64": "float64",
-        "complex64": "complex128", "complex128": "complex128"}
+from opscan.probe.rebuild import BuildError, collect, initial, materialize_args  # and rebuild.py
 
 
 class CannotRun(Exception):
     """This machine or this torch cannot run the call (exit 2)."""
+
+
+NOT_HERE = (CannotRun, BuildError)  # exit 2: this machine, or this torch, cannot run or rebuild the call
 
 
 def main(case, argv=None):
@@ -53,14 +49,14 @@ def main(case, argv=None):
         func = resolve(case["op"])
         tensors = build(case)
         reference = run_reference(func, case, tensors)
-    except CannotRun as exc:
+    except NOT_HERE as exc:
         return cannot_run(str(exc))
     except Exception as exc:  # noqa: BLE001 - a setup failure is not the failure being reproduced
         return cannot_run("setting up the call failed: " + first_line(exc))
     print("inputs:", "; ".join(describe(t) for t in case["tensors"]))
     try:
         return judge(func, case, device, tensors, reference)
-    except CannotRun as exc:
+    except NOT_HERE as exc:
         return cannot_run(str(exc))
 
 
@@ -129,116 +125,22 @@ def resolve(op):
         raise CannotRun(op + " is not an operator of torch " + torch.__version__) from None
 
 
-def dtype_of(name):
-    """torch's dtype called `name`; CannotRun when this torch has none."""
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype):
-        raise CannotRun("torch " + torch.__version__ + " has no dtype " + name)
-    return dtype
-
-
-def storage_size(shape, stride):
-    """Elements of the 1-D storage a (shape, stride) view needs."""
-    if any(s == 0 for s in shape):
-        return 0
-    return 1 + sum((s - 1) * abs(st) for s, st in zip(shape, stride))
-
-
 def build(case):
     """The call's CPU tensors, as the probe worker built them: seeded floats, recorded or inlined values."""
     generator = torch.Generator().manual_seed(case["seed"])
-    tensors = []
-    for spec in case["tensors"]:
-        dtype = dtype_of(spec["dtype"])
-        n = storage_size(spec["shape"], spec["stride"])
-        if spec["dtype"] in FLOATING or spec["dtype"] in COMPLEX:
-            base = torch.randn(n, generator=generator, dtype=dtype_of(RANDOM_DTYPE[spec["dtype"]])).to(dtype)
-            tensor = base.as_strided(spec["shape"], spec["stride"])
-        else:
-            tensor = torch.zeros(n, dtype=dtype).as_strided(spec["shape"], spec["stride"])
-        if spec.get("values") is not None:
-            tensor = laid_out(values_of(spec["values"], dtype), spec)
-        tensors.append(tensor)
-    return tensors
+    return [initial(t["dtype"], t["shape"], t["stride"], t.get("values"), generator)[0] for t in case["tensors"]]
 
 
-def values_of(values, dtype):
-    """A tensor from recorded values: a nested list, or {"zlib": bytes} (little-endian, row-major)."""
-    if isinstance(values, dict):
-        return torch.frombuffer(bytearray(zlib.decompress(values["zlib"])), dtype=dtype).clone()
-    return torch.tensor(values, dtype=dtype)
-
-
-def laid_out(values, spec):
-    """Values in the recorded shape, with the recorded strides where they do not overlap."""
-    values = values.reshape(spec["shape"])
-    dims = sorted((abs(st), s) for s, st in zip(spec["shape"], spec["stride"]) if s > 1)
-    expected = 1
-    for st, s in dims:
-        if st < expected:
-            return values.contiguous()  # an expanded tensor: the same values, dense
-        expected = st * s
-    return torch.empty_strided(spec["shape"], spec["stride"], dtype=values.dtype).copy_(values)
+def materialize(case, tensors, device, wide):
+    """(args, kwargs): each tensor's storage copied to `device` (widened to float64 when `wide`)."""
+    dtypes = [t["dtype"] for t in case["tensors"]]
+    return materialize_args(tensors, dtypes, case["spec"], case["seed"], device, wide)
 
 
 def describe(spec):
     """"int64[6] (values)" / "float32[2, 36] (seeded)"."""
     how = "values" if spec.get("values") is not None else "seeded"
     return spec["dtype"] + str(list(spec["shape"])) + " (" + how + ")"
-
-
-def materialize(case, tensors, device, wide):
-    """(args, kwargs): each tensor's storage copied to `device` (widened to float64 when `wide`)."""
-    placed = []
-    for t, spec in zip(tensors, case["tensors"]):
-        dtype = dtype_of(WIDE.get(spec["dtype"], spec["dtype"])) if wide else t.dtype
-        n = storage_size(tuple(t.shape), tuple(t.stride()))
-        storage = t.as_strided((n,), (1,), t.storage_offset()).to(device=device, dtype=dtype, copy=True)
-        placed.append(storage.as_strided(tuple(t.shape), tuple(t.stride())))
-    args = [decode(a, placed, device, case["seed"]) for a in case["spec"].get("args", [])]
-    kwargs = {k: decode(v, placed, device, case["seed"]) for k, v in case["spec"].get("kwargs", {}).items()}
-    return args, kwargs
-
-
-def decode(value, tensors, device, seed):
-    """One recorded argument back as a Python or torch value."""
-    if isinstance(value, list):
-        return [decode(v, tensors, device, seed) for v in value]
-    if not isinstance(value, dict):
-        return value
-    if "t" in value:
-        return tensors[value["t"]]
-    (tag, payload), = value.items()
-    if tag == "float":
-        return float(payload)
-    if tag == "complex":
-        return complex(*payload)
-    if tag in ("dtype", "layout", "memory_format"):
-        if not hasattr(torch, payload):
-            raise CannotRun("torch " + torch.__version__ + " has no " + tag + " " + str(payload))
-        return getattr(torch, payload)
-    if tag == "device":
-        return torch.device(device)
-    if tag == "generator":
-        return torch.Generator(device=device).manual_seed(seed)
-    raise CannotRun("an argument of type " + str(payload) + " cannot be rebuilt")
-
-
-def collect(func, out, args, kwargs):
-    """The outputs, or for an op that returns nothing the arguments it writes."""
-    if func._schema.returns:
-        return flatten(out)
-    named = dict(zip([a.name for a in func._schema.arguments], args))
-    named.update(kwargs)
-    return [leaf for a in func._schema.arguments if a.alias_info is not None and a.alias_info.is_write
-            and a.name in named for leaf in flatten(named[a.name])]
-
-
-def flatten(value):
-    """Leaves of nested tuples and lists."""
-    if isinstance(value, (tuple, list)):
-        return [leaf for v in value for leaf in flatten(v)]
-    return [value]
 
 
 def run_reference(func, case, tensors):
@@ -250,7 +152,7 @@ def run_reference(func, case, tensors):
                 warnings.simplefilter("ignore")
                 args, kwargs = materialize(case, tensors, "cpu", wide)
                 return collect(func, func(*args, **kwargs), args, kwargs), label
-        except CannotRun:
+        except NOT_HERE:
             raise
         except Exception as exc:  # noqa: BLE001 - this reference cannot run: try the next one
             why = first_line(exc)
@@ -269,7 +171,7 @@ def run_on_device(func, case, tensors, device):
             got = [v.detach().to("cpu") if isinstance(v, torch.Tensor) else v for v in collect(func, out, args, kwargs)]
             synchronize(device)
             error = None
-        except CannotRun:
+        except NOT_HERE:
             raise
         except Exception as exc:  # noqa: BLE001 - the failure being reproduced
             got, error = None, exc

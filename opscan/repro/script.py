@@ -2,7 +2,8 @@
 
 A script is a fixed comment header (no data in it), data assignments written with `pprint.pformat` (every
 value through repr: the target, the command line and PyTorch's messages can only ever be string literals),
-then runtime.py's source verbatim and `sys.exit(main(CASE))`. It needs only torch.
+then probe/comparison.py, probe/rebuild.py and runtime.py's source verbatim and `sys.exit(main(CASE))`. It
+needs only torch.
 
     python repro_N.py [--device mps|cpu|cuda]        (default: the device it was generated for, mps)
 
@@ -37,14 +38,14 @@ STRUCT = {"int64": "q", "int32": "i", "int16": "h", "int8": "b", "uint8": "B", "
 
 
 def runtime_source() -> str:
-    """opscan/probe/comparison.py byte for byte (the probe worker's own comparison), then runtime.py without its
-    docstring, its imports from opscan and its `__main__` guard."""
-    return comparison_source() + "\n\n" + _body()
+    """opscan/probe/comparison.py and opscan/probe/rebuild.py byte for byte (the probe worker's own comparison
+    and rebuilder), then runtime.py without its docstring, its imports from opscan and its `__main__` guard."""
+    return probe_source("comparison.py") + "\n\n" + probe_source("rebuild.py") + "\n\n" + _body()
 
 
-def comparison_source() -> str:
-    """The text of opscan/probe/comparison.py, as every script carries it."""
-    return resources.files("opscan.probe").joinpath("comparison.py").read_text(encoding="utf-8")
+def probe_source(name: str) -> str:
+    """The text of a probe module every script carries verbatim (comparison.py, rebuild.py)."""
+    return resources.files("opscan.probe").joinpath(name).read_text(encoding="utf-8")
 
 
 def _body() -> str:

@@ -113,6 +113,7 @@ def prepared(call) -> dict:
     import torch
 
     from opscan.probe import comparison, replay
+    from opscan.probe.rebuild import BuildError, initial
 
     namespace = call.op.partition("::")[0]
     if namespace not in TORCH_NAMESPACES:
@@ -121,10 +122,10 @@ def prepared(call) -> dict:
     try:
         func = replay.resolve(call.op)
         built = replay.build(call, func)
-    except replay.BuildError as exc:
+    except BuildError as exc:
         return {"unbuildable": str(exc)}
     generator = torch.Generator().manual_seed(call.seed)
-    seeded = [replay._initial(spec, generator)[0] for spec in call.tensors]  # what the script builds by itself
+    seeded = [initial(s.dtype, s.shape, s.stride, s.values, generator)[0] for s in call.tensors]  # as the script
     inline = {str(i): pack(b) for i, (s, b) in enumerate(zip(seeded, built))
               if call.tensors[i].values is None and not _same(s, b)}
     positions = [p for p in range(8) if comparison.how_for(func, p) == "properties"]

@@ -42,7 +42,7 @@ class Out:
 
 
 @dataclass(frozen=True)
-class Entry:
+class CachedCall:
     """A cached call: its outputs, and whether they came as one tensor, a tuple or a list."""
 
     outs: tuple[Out, ...]
@@ -57,7 +57,7 @@ class CallCache:
     device is and how a rebuilt plain meta tensor becomes one of theirs (`wrap`)."""
 
     def __init__(self):
-        self.entries: dict[tuple, Entry | object] = {}
+        self.entries: dict[tuple, CachedCall | object] = {}
         self.hits = 0
 
     def owns(self, t) -> bool:
@@ -130,7 +130,7 @@ class CallCache:
             return _NO if any(p is _NO for p in parts) else (type(value), parts)
         return _NO  # SymInt, Generator, ...
 
-    def _rebuild(self, entry: Entry, inputs: list):
+    def _rebuild(self, entry: CachedCall, inputs: list):
         outs = [self._output(out, inputs) for out in entry.outs]
         return outs[0] if entry.container is None else entry.container(outs)
 
@@ -150,7 +150,7 @@ class CallCache:
                 empty.set_(inputs[out.index].untyped_storage(), offset, shape, stride)
         return self.wrap(empty, device)
 
-    def _entry(self, out, inputs: list, before: list) -> Entry | object:
+    def _entry(self, out, inputs: list, before: list) -> CachedCall | object:
         container = type(out) if type(out) in (tuple, list) else None
         outs = []
         fresh_storages: set[int] = set()
@@ -159,7 +159,7 @@ class CallCache:
             if found is _NO:
                 return _NO
             outs.append(found)
-        return Entry(tuple(outs), container)
+        return CachedCall(tuple(outs), container)
 
     def _out(self, value, inputs: list, before: list, fresh_storages: set) -> Out | object:
         if value is None:

@@ -25,8 +25,8 @@ from torch.overrides import TorchFunctionMode
 from opscan.trace.branches import Patched
 from opscan.trace.guard import call_through
 
-CIA = DispatchKey.CompositeImplicitAutograd
-KEYS = ("AutogradCPU", "AutogradMeta", "CPU")
+CIA_KEY = DispatchKey.CompositeImplicitAutograd
+LENS_KEYS = ("AutogradCPU", "AutogradMeta", "CPU")
 _ACTIVE: list = []  # the lenses entered, innermost last (one trace at a time per process)
 _LIBRARY: list = []  # the torch.library.Library and the Python rows (branches.py) while a lens is active
 
@@ -44,7 +44,7 @@ def activate(lens, ops: tuple[str, ...]) -> None:
         library = torch.library.Library("aten", "IMPL")
         for name in ops:
             op = _overload(name)
-            for key in KEYS:
+            for key in LENS_KEYS:
                 library.impl(name, _kernel(name, op), key)
         _LIBRARY.extend((library, Patched(_steered, _rows_on).__enter__()))
     _ACTIVE.append(lens)
@@ -70,7 +70,7 @@ def run_composite(func, args, kwargs):
     """Run a CompositeImplicitAutograd op's kernel, through the active lens when it is one of its ops
     (the recorder under inference_mode, where the autograd-key kernels are skipped)."""
     name = _name(func)
-    run = lambda: call_through(func._op_dk, CIA, *args, **kwargs)  # noqa: E731
+    run = lambda: call_through(func._op_dk, CIA_KEY, *args, **kwargs)  # noqa: E731
     if _ACTIVE and name in _ACTIVE[-1].table:
         return _ACTIVE[-1].dispatch(name, run, args, kwargs)
     return run()
@@ -78,7 +78,7 @@ def run_composite(func, args, kwargs):
 
 def _kernel(name: str, op):
     def kernel(*args, **kwargs):
-        run = lambda: call_through(op._op_dk, CIA, *args, **kwargs)  # noqa: E731
+        run = lambda: call_through(op._op_dk, CIA_KEY, *args, **kwargs)  # noqa: E731
         return _ACTIVE[-1].dispatch(name, run, args, kwargs) if _ACTIVE and name in _ACTIVE[-1].table else run()
     return kernel
 

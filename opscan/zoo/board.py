@@ -14,16 +14,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from opscan.errors import UsageError
+from opscan.opkey import Release
 from opscan.zoo.models import ZooModel
 from opscan.zoo.releases import ReleaseResult
 
 SCHEMA = "opscan-zoo/1"
-LANES = ("mac-first", "dual-track", "linux-gpu-first")
 
-
-def version_key(release: str) -> tuple[int, ...]:
-    """"2.10.0" after "2.9.1" (numeric, not text, order)."""
-    return tuple(int(p) if p.isdigit() else 0 for p in release.split("."))
 
 
 @dataclass(frozen=True)
@@ -61,7 +57,7 @@ class ModelResult:
     def first_native(self, releases: tuple[str, ...]) -> str | None:
         """The first of `releases` (oldest first) whose whole step is native, or None."""
         native = {c.result.release for c in self.cells if c.result.native}
-        return next((r for r in sorted(releases, key=version_key) if r in native), None)
+        return next((r for r in sorted(releases, key=Release.parse) if r in native), None)
 
     def cell(self, release: str) -> Cell | None:
         return next((c for c in self.cells if c.result.release == release), None)
@@ -108,10 +104,21 @@ class Leaderboard:
             raise UsageError(f"{where} is not an opscan zoo leaderboard (schema {found!r}, expected {SCHEMA!r})")
         try:
             models = tuple(ModelResult.from_dict(m) for m in data["models"])
-            return cls(data["title"], tuple(data["releases"]), models, data.get("opscan", ""),
-                       data.get("created", ""))
+            title, releases = data["title"], tuple(data["releases"])
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"{where}: a model entry is incomplete ({type(exc).__name__}: {exc})") from None
+        bad = [r for r in releases if not _is_release(r)]
+        if bad:
+            raise UsageError(f"{where}: {bad[0]!r} in its releases is not a torch release (such as 2.14.1)")
+        return cls(title, releases, models, data.get("opscan", ""), data.get("created", ""))
+
+
+def _is_release(text) -> bool:
+    try:
+        Release.parse(text)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def make_board(title: str, releases: tuple[str, ...], results: list[ModelResult]) -> Leaderboard:
@@ -120,7 +127,7 @@ def make_board(title: str, releases: tuple[str, ...], results: list[ModelResult]
 
     created = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     ordered = tuple(sorted(results, key=lambda m: m.model.name))
-    return Leaderboard(title, tuple(sorted(releases, key=version_key)), ordered, __version__, created)
+    return Leaderboard(title, tuple(sorted(releases, key=Release.parse)), ordered, __version__, created)
 
 
 def merge_measured(board: Leaderboard, measured: dict[tuple[str, str], Cell]) -> Leaderboard:
@@ -131,6 +138,6 @@ def merge_measured(board: Leaderboard, measured: dict[tuple[str, str], Cell]) ->
         mine = {r: c for (name, r), c in measured.items() if name == m.model.name}
         kept = tuple(c for c in m.cells if c.result.release not in mine)
         models.append(replace(m, cells=tuple(sorted(kept + tuple(mine.values()),
-                                                    key=lambda c: version_key(c.result.release)))))
+                                                    key=lambda c: Release.parse(c.result.release)))))
     releases = set(board.releases) | {r for (_, r) in measured}
-    return replace(board, models=tuple(models), releases=tuple(sorted(releases, key=version_key)))
+    return replace(board, models=tuple(models), releases=tuple(sorted(releases, key=Release.parse)))

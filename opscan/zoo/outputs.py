@@ -17,7 +17,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from opscan.zoo.board import Leaderboard, ModelResult, version_key
+from opscan.opkey import Release
+from opscan.zoo.board import Leaderboard, ModelResult
 
 CSV_COLUMNS = ("model", "family", "status", "release", "lane", "native", "cell_source", "blocking_rows", "blocking",
                "first_native", "seconds", "error")
@@ -84,7 +85,7 @@ def _lane_and_rows(m: ModelResult, release: str) -> tuple[str, set[str]] | None:
 def diff(old: Leaderboard, new: Leaderboard) -> BoardDiff:
     """The lanes that changed from `old` to `new`, and why."""
     before, after = {m.model.name: m for m in old.models}, {m.model.name: m for m in new.models}
-    releases = sorted(set(old.releases) & set(new.releases), key=version_key)
+    releases = sorted(set(old.releases) & set(new.releases), key=Release.parse)
     changes = []
     for name in sorted(set(before) & set(after)):
         for release in releases:

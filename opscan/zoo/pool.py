@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any, Callable
 
+from opscan.probe.runner import THREADS_VAR
 from opscan.zoo.board import ModelResult
 from opscan.zoo.models import ZooModel
 
-THREADS_VAR = "OMP_NUM_THREADS"
 
 
 def error_row(model: ZooModel, reason: str, seconds: float) -> dict[str, Any]:

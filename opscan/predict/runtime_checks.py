@@ -1,4 +1,4 @@
-"""Predict stage: the runtime checks inside MPS kernels (rule 4c of `predict.rules.predict_op`).
+"""Predict stage: the runtime checks inside MPS kernels (rules 4 and 4c of `predict.rules.predict_op`).
 
 A release's MPS kernels refuse some inputs with their own checks (kernel_checks.txt, read from each
 release's binary). The encoded ones (kernel_rules.yaml) are evaluated on the call's arguments: a check
@@ -6,15 +6,22 @@ that fails makes the call `error` or `unsupported_dtype` (rule `kernel-<id>`), w
 and file:line. A call predicted `native` from the yaml whose kernel has checks the prediction cannot decide
 says so in its evidence ("the MPS kernel of X has N runtime checks the prediction does not model: …").
 
+The size rules (kernel_rules.yaml `size_rules`, rule `shape-<id>`) are decided first, from the call's pooled
+sizes (`args_note`: {"input_spatial": [H, W], "output_size": [oH, oW]}, built by `note_from_shapes` from the
+traced shapes, so callers need not know each op's argument order).
+
 `CallArgs` is what a trace knows of a call's arguments: the op whose arguments were recorded and their
 values in schema order (tensors as `TensorArg`). `call_args(call)` builds it from an MPS-view call. Pure.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from opscan.knowledge.kernel_rules import KernelRule, TensorArg, evaluate
+from opscan.knowledge.conditions import TensorArg, evaluate_when
+from opscan.knowledge.kernel_rules import KernelRule, SizeRule, load_size_rules
+from opscan.opkey import OpKey
 from opscan.predict.dtype_rules import result
 from opscan.verdict import Classification, Evidence, Verdict
 
@@ -91,13 +98,59 @@ def needs_args(op, kb) -> bool:
     return has_rules or ranked(kb, op)
 
 
+# Which recorded tensor carries the pooled input and which the pooled output:
+# ("in", i) = the i-th tensor input, ("out", i) = the i-th tensor output.
+_POOL_TENSORS: dict[str, tuple[tuple[str, int], tuple[str, int]]] = {
+    "_adaptive_avg_pool2d": (("in", 0), ("out", 0)),
+    "adaptive_avg_pool2d": (("in", 0), ("out", 0)),
+    "adaptive_max_pool2d": (("in", 0), ("out", 0)),
+    "_adaptive_avg_pool2d_backward": (("in", 1), ("in", 0)),  # (grad_output, self)
+    "adaptive_max_pool2d_backward": (("in", 1), ("in", 0)),  # (grad_output, self, indices)
+}
+
+
+def note_from_shapes(op: OpKey, inputs: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]]) -> dict | None:
+    """The args_note of one call from its tensor input and output shapes, or None if no size rule concerns
+    `op` (or the shapes are too short)."""
+    where = _POOL_TENSORS.get(op.name) if op.namespace == "aten" else None
+    if where is None:
+        return None
+    shapes = {"in": inputs, "out": outputs}
+    try:
+        src, dst = (shapes[kind][i] for kind, i in where)
+    except IndexError:
+        return None
+    if len(src) < 2 or len(dst) < 2:
+        return None
+    return {"input_spatial": list(src[-2:]), "output_size": list(dst[-2:])}
+
+
+def size_rule_fires(rule: SizeRule, note: dict | None) -> bool | None:
+    """Whether the kernel raises for these sizes; None when the note lacks two positive sizes of each."""
+    pairs = {k: (note or {}).get(k) for k in ("input_spatial", "output_size")}
+    if not all(isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(d, int) and d > 0 for d in v)
+               for v in pairs.values()):
+        return None
+    return evaluate_when(rule, pairs, (0, 0))  # size rules read no macOS version
+
+
+def size_check(c) -> Classification | None:
+    """Rule 4: a size rule of the release's series that the call's sizes (args_note) fail."""
+    for rule in load_size_rules():
+        if c.kb.facts.series in rule.releases and c.op in rule.ops and size_rule_fires(rule, c.args_note):
+            text = (f"the MPS kernel of {c.op} in torch {c.release} raises for these sizes "
+                    f"{c.args_note}: '{rule.message}'")
+            return result(Verdict.ERROR, f"shape-{rule.id}", text, rule.source, rule.remedy)
+    return None
+
+
 def kernel_check(c) -> Classification | None:
     """Rule 4c: an encoded check of the op's MPS kernel that the call's arguments fail."""
     limits = c.kb.limits
     if limits is None or c.op.namespace != "aten" or c.args is None:
         return None
     for rule, check in limits.rules_for(c.op.yaml_name):
-        if evaluate(rule, c.args.bind(rule), c.kb.macos):
+        if evaluate_when(rule, c.args.bind(rule), c.kb.macos):
             text = (f"the MPS kernel of {c.op} in torch {c.release} raises for this call: '{check.message.strip()}' "
                     f"({rule.kind} check {rule.condition}; {check.macro} in {check.function})")
             source = f"{check.where} [bin]; condition: {rule.source}"
@@ -113,7 +166,7 @@ def with_limits(c, found: Classification) -> Classification:
         return found
     name = c.op.yaml_name
     undecided = [check for rule, check in limits.rules_for(name)
-                 if c.args is None or evaluate(rule, c.args.bind(rule), c.kb.macos) is None]
+                 if c.args is None or evaluate_when(rule, c.args.bind(rule), c.kb.macos) is None]
     open_checks = list(dict.fromkeys([*limits.unmodelled(name), *undecided]))
     if not open_checks:
         return found

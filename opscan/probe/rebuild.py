@@ -1,0 +1,138 @@
+"""Probe stage (worker side) and every repro script: THE rebuilding of a recorded call's tensors and arguments.
+
+One source: the probe worker rebuilds its calls through it (replay.py adds op_probes' builders and the probe's
+own checks), and opscan/repro/script.py copies this file, byte for byte, into every generated repro script,
+after comparison.py (a test holds the copy to this file). So it is written for both: torch and the standard
+library only, nothing from opscan, no `from __future__`, and no `__main__` guard.
+
+Tensors are built on the CPU from the call's seed (one generator per call, drawn in tensor order) with the
+recorded shapes and strides (overlapping and expanded layouts included: each tensor is a view of a 1-D storage);
+recorded values (a nested list, or {"zlib": bytes} in a script) replace the seeded ones. Each run copies them
+onto its device, floating ones widened to REFERENCE_DTYPE for the float64 CPU reference. Anything this torch
+cannot rebuild (a dtype, layout or argument type it lacks) raises BuildError: the probe's row is `unknown`, a
+script exits 2 — never the op's own failure.
+"""
+
+import zlib
+
+import torch
+
+# the floating and complex dtypes, seeded, and the dtype their values are drawn in (randn has no half-precision
+# CPU path in older releases)
+RANDOM_DTYPE = {"float16": "float32", "bfloat16": "float32", "float32": "float32", "float64": "float64",
+                "complex64": "complex64", "complex128": "complex128"}
+# the dtype a floating input takes in the widened CPU reference
+REFERENCE_DTYPE = {"float16": "float64", "bfloat16": "float64", "float32": "float64", "float64": "float64",
+                   "complex64": "complex128", "complex128": "complex128"}
+
+
+class BuildError(Exception):
+    """This torch cannot rebuild the call's inputs or arguments (a probe: an `unknown` row; a script: exit 2)."""
+
+
+def dtype_of(name):
+    """torch's dtype called `name`; BuildError when this torch has none."""
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise BuildError("torch " + torch.__version__ + " has no dtype " + str(name))
+    return dtype
+
+
+def storage_size(shape, stride):
+    """Elements of the 1-D storage a (shape, stride) view needs."""
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((s - 1) * abs(st) for s, st in zip(shape, stride))
+
+
+def initial(dtype_name, shape, stride, values, generator):
+    """(tensor, needs values): seeded floats (the generator advances for every floating tensor), recorded
+    `values` where there are some, else zeros that still need values (integer and bool tensors)."""
+    dtype = dtype_of(dtype_name)
+    n = storage_size(shape, stride)
+    floating = dtype_name in RANDOM_DTYPE
+    if floating:
+        base = torch.randn(n, generator=generator, dtype=dtype_of(RANDOM_DTYPE[dtype_name])).to(dtype)
+    else:
+        base = torch.zeros(n, dtype=dtype)
+    if values is not None:
+        return laid_out(values_of(values, dtype), shape, stride), False
+    return base.as_strided(shape, stride), not floating
+
+
+def values_of(values, dtype):
+    """A tensor from recorded values: a nested list, or {"zlib": bytes} (little-endian, row-major)."""
+    if isinstance(values, dict):
+        return torch.frombuffer(bytearray(zlib.decompress(values["zlib"])), dtype=dtype).clone()
+    return torch.tensor(values, dtype=dtype)
+
+
+def laid_out(values, shape, stride):
+    """`values` in the recorded shape, with the recorded strides where they do not overlap (an expanded
+    tensor gets the same values, dense)."""
+    values = values.reshape(shape)
+    dims = sorted((abs(st), s) for s, st in zip(shape, stride) if s > 1)
+    expected = 1
+    for st, s in dims:
+        if st < expected:
+            return values.contiguous()
+        expected = st * s
+    return torch.empty_strided(shape, stride, dtype=values.dtype).copy_(values)
+
+
+def materialize_args(tensors, dtype_names, spec, seed, device, wide):
+    """(args, kwargs) for one run: each tensor's storage copied to `device` (floating ones widened to
+    REFERENCE_DTYPE when `wide`; never the built tensor itself: ops write in place), the arguments decoded."""
+    placed = []
+    for t, name in zip(tensors, dtype_names):
+        dtype = dtype_of(REFERENCE_DTYPE[name]) if wide and name in REFERENCE_DTYPE else t.dtype
+        n = storage_size(tuple(t.shape), tuple(t.stride()))
+        storage = t.as_strided((n,), (1,), t.storage_offset()).to(device=device, dtype=dtype, copy=True)
+        placed.append(storage.as_strided(tuple(t.shape), tuple(t.stride())))
+    args = [decode_argument(a, placed, device, seed) for a in spec.get("args", [])]
+    kwargs = {k: decode_argument(v, placed, device, seed) for k, v in spec.get("kwargs", {}).items()}
+    return args, kwargs
+
+
+def decode_argument(value, tensors, device, seed):
+    """One recorded argument (trace/argspec.py's encoding) back as a Python or torch value; the step's device
+    becomes `device`, a generator is seeded with `seed`."""
+    if isinstance(value, list):
+        return [decode_argument(v, tensors, device, seed) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "t" in value:
+        return tensors[value["t"]]
+    (tag, payload), = value.items()
+    if tag == "float":
+        return float(payload)
+    if tag == "complex":
+        return complex(*payload)
+    if tag in ("dtype", "layout", "memory_format"):
+        found = getattr(torch, str(payload), None)
+        if found is None:
+            raise BuildError("torch " + torch.__version__ + " has no " + tag + " " + str(payload))
+        return found
+    if tag == "device":
+        return torch.device(device)
+    if tag == "generator":
+        return torch.Generator(device=device).manual_seed(seed)
+    raise BuildError("an argument of type " + str(payload if tag == "unsupported" else tag) + " cannot be replayed")
+
+
+def collect(func, out, args, kwargs):
+    """The values a run produced, in order: its outputs, or for an op that returns nothing the arguments it
+    writes (`_foreach_add_`, `_fused_adamw_`)."""
+    if func._schema.returns:
+        return flatten(out)
+    named = dict(zip([a.name for a in func._schema.arguments], args))
+    named.update(kwargs)
+    return [leaf for a in func._schema.arguments if a.alias_info is not None and a.alias_info.is_write
+            and a.name in named for leaf in flatten(named[a.name])]
+
+
+def flatten(value):
+    """Leaves of nested tuples and lists."""
+    if isinstance(value, (tuple, list)):
+        return [leaf for v in value for leaf in flatten(v)]
+    return [value]
