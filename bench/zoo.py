@@ -18,7 +18,7 @@ not among its `non_native` keys, or when an expected one is gone. The last line 
     ...
     zoo_mismatches: 0 models
 
-`--markdown` prints the README's table and its reasons instead of the plain one. Exit status 1 on a
+`--markdown` prints docs/zoo-table.md's table and its reasons instead of the plain one. Exit status 1 on a
 mismatch or a scan that failed.
 """
 
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--manifest", default=str(ROOT / "bench" / "zoo.yaml"))
     parser.add_argument("--only", nargs="*", help="scan only these entries")
-    parser.add_argument("--markdown", action="store_true", help="print the README table and its reasons")
+    parser.add_argument("--markdown", action="store_true", help="print the docs/zoo-table.md table and its reasons")
     args = parser.parse_args(argv)
     manifest = yaml.safe_load(Path(args.manifest).read_text(encoding="utf-8"))
     defaults = manifest.get("defaults", {})

@@ -196,7 +196,7 @@ def test_corrupted_tampered_foreign_and_truncated_results_are_refused(trip, tmp_
 
 def test_a_forged_digest_passes_and_merge_says_what_the_digest_proves(trip, tmp_path, capsys):
     """The digest is a checksum, not a signature: an outcome edited and the end line's digest recomputed is
-    merged (README, "opscan merge"), and merge's line says the digest rules out corruption and careless
+    merged (docs/bundle.md), and merge's line says the digest rules out corruption and careless
     edits, not a deliberate forgery."""
     from opscan.bundle.results import digest
 

@@ -1,6 +1,6 @@
 """The zoo (bench/zoo.yaml, bench/zoo.py): the manifest's shape, and the issue-14 models scanned through it.
 
-Expected lanes come from MPS's own behaviour (README "The MPS view"): torchvision's VisionTransformer calls
+Expected lanes come from MPS's own behaviour (docs/mps-view.md): torchvision's VisionTransformer calls
 nn.MultiheadAttention with need_weights=False (attention nested in F.multi_head_attention_forward), CANINE hashes
 its ids with `%` and LongT5 computes block ids with `%` and `//` on integer tensors (composites called with Python
 scalars); all their ops have MPS kernels, so the step is mac-first.

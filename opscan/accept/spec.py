@@ -9,7 +9,7 @@ weight before BatchNorm at batch 2) becomes a full ±lr update whose sign differ
 so a handful of elements of a parameter legitimately differ by 2·lr after a step.
 
 Tolerances are per dtype of the TARGET (the reference runs float32) and per compared kind; the
-defaults below are published in the README and can be overridden by a small YAML spec:
+defaults below are published in docs/accept.md and can be overridden by a small YAML spec:
 
     seed: 0
     iterations: 3
@@ -59,7 +59,7 @@ def _table(initial: float, activations: tuple[float, float], gradient: tuple[flo
 
 # (rtol, atol) per kind. A copy is exact (initial, reload: the cast alone for float16/bfloat16, 2^-11 / 2^-8).
 # float32 on cuda against the cpu with TF32 off differs by float32 rounding, which training compounds: measured
-# as float32 against float64 on the CPU, 3 iterations (README, "opscan accept"), the worst were outputs 3.3e-4
+# as float32 against float64 on the CPU, 3 iterations (docs/accept.md), the worst were outputs 3.3e-4
 # rel, parameters 3.4e-5 rms (Adam's ±lr on noise gradients: 2.9e-3 max abs), BatchNorm running means 4e-4 rms
 # on examples/cnn.py (batch 2); resnet18 at batch 4 and BERT 5-1000x below that. float16/bfloat16: 10x the
 # cast's own error for activations.
@@ -95,8 +95,8 @@ def parse_spec(data: Any, source: str, base: AcceptSpec | None = None) -> Accept
     if data is None:
         return replace(base, source=source)
     if not isinstance(data, dict):
-        raise SpecError(f"{source}: the spec must be a mapping (seed, iterations, tolerances) — see README, "
-                        "'opscan accept'")
+        raise SpecError(f"{source}: the spec must be a mapping (seed, iterations, tolerances) — see "
+                        "docs/accept.md")
     _only(data, ("seed", "iterations", "tolerances", "choices"), source, "top level")  # choices: a record only
     seed = _integer(data.get("seed", base.seed), f"{source}: seed", 0)
     iterations = _integer(data.get("iterations", base.iterations), f"{source}: iterations", 1)
@@ -116,7 +116,7 @@ def load_spec(path: str) -> AcceptSpec:
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" line {where.line + 1}" if where is not None else ""
-        raise SpecError(f"spec {path!r}{line} is not valid YAML — fix the file (see README, 'opscan accept')") from None
+        raise SpecError(f"spec {path!r}{line} is not valid YAML — fix the file (see docs/accept.md)") from None
     return parse_spec(data, path)
 
 

@@ -29,7 +29,7 @@ EPILOG = """\
 Runs N real iterations (forward, loss, backward, optimizer step) and an evaluation pass on --device and on
 --reference from the same CPU-built initial weights (dropout disabled on both, TF32 off unless allowed),
 compares losses, outputs, first gradients, parameters after each step and evaluation outputs within the
-tolerances of the target's dtype (README, "opscan accept"; override with --spec FILE.yaml), saves a
+tolerances of the target's dtype (docs/accept.md; override with --spec FILE.yaml), saves a
 checkpoint on the target, reloads it with weights_only=True on both and continues one step.
 
 exit codes: 0 accepted · 1 findings (beyond tolerance, round trip failed, or lane at/beyond --fail-on-lane)
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=count(1), metavar="N",
                    help="training iterations, 1 or more (default 3, or the spec's)")
     p.add_argument("--seed", type=seed, help="torch.manual_seed before building (default 0, or the spec's)")
-    p.add_argument("--spec", metavar="FILE.yaml", help="tolerances, seed and iterations (README, 'opscan accept')")
+    p.add_argument("--spec", metavar="FILE.yaml", help="tolerances, seed and iterations (docs/accept.md)")
     p.add_argument("--allow-tf32", action="store_true", help="allow TF32 on cuda (off by default)")
     p.add_argument("--perturb", metavar="NAME[=EPS]",
                    help="self-test: add EPS (default 1e-3) to parameter NAME on the target only")

@@ -1,6 +1,6 @@
 """Graph stage: what the step copies between the device and the host, per call, as PyTorch does it.
 
-Rules (README "Transfers"; sources: aten/src/ATen/native/CPUFallback.cpp, mps/operations/Copy.mm):
+Rules (docs/graph.md; sources: aten/src/ATen/native/CPUFallback.cpp, mps/operations/Copy.mm):
 
 - Residency. The step's sources (parameters, buffers, inputs) live on the device; a constant made from
   Python data (`torch.tensor(0.0)`, first read by `aten::lift_fresh`) or a 0-dim tensor that the optimizer

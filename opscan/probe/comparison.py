@@ -7,7 +7,7 @@ is written for both: the standard library at import, torch imported inside the f
 nothing from opscan, no `from __future__`, and no `__main__` guard.
 
 A floating output is within tolerance when, elementwise, |out - ref| <= atol * max(1, max|ref|) + rtol * |ref|
-with (atol, rtol) of the least precise floating dtype the call touches (TOLERANCES, published in the README),
+with (atol, rtol) of the least precise floating dtype the call touches (TOLERANCES, published in docs/measured-mode.md),
 NaN and inf in the same places; integer and bool outputs must be equal. Some outputs are compared by their
 properties instead (shape, dtype kind, and what the op guarantees): random ops (`nondeterministic_seeded` or in
 RANDOM_OPS) and indices that break ties (max-pool indices, sort/topk/argmax positions). Outputs whose content is

@@ -120,7 +120,7 @@ def probe_verdicts(plan, result) -> Counter:
 
 
 def measurement_section(plan, result, options, where: Where, isolation: str, journal: str | None, run: dict) -> dict:
-    """The report's top-level `measurement` section (see README, "Measured mode")."""
+    """The report's top-level `measurement` section (see docs/measured-mode.md)."""
     envs = result.environments
     return {
         "source": "measured",

@@ -1,7 +1,7 @@
 """Report stage: one immutable `Report` built from the trace's rows and their classifications.
 
 Pure data, no torch: reporters and the CLI read it; `to_dict()` is the report JSON (schema v2,
-documented in the README and in opscan/schema/report-v2.json). Every section says what it rests on: a row
+documented in docs/report-schema.md and in opscan/schema/report-v2.json). Every section says what it rests on: a row
 its `source`, and so do the lane, graph, transfers, upgrade, memory, measurement and repro sections
 ("predicted" or "measured"); `mode` is predicted, measured (on mps) or simulated (a test double, tests only).
 assemble.py builds the Report from a scan's stages (opscan/scan.py calls it).

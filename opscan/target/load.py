@@ -1,6 +1,6 @@
 """Target stage: turn "file.py:fn" or "pkg.mod:fn" into a model, example inputs and step hooks.
 
-The contract (README, "Targets"): the factory returns an `nn.Module` or `(model, example_inputs)`.
+The contract (docs/targets.md): the factory returns an `nn.Module` or `(model, example_inputs)`.
 Otherwise the file may define `example_inputs()`, or the user passes `--input SHAPE:DTYPE`.
 Optional hooks in the same file: `train_step(model, optimizer, inputs)`, `loss_fn(outputs, inputs)`,
 `build_optimizer(model)`. Every failure here is a `TargetError` with one actionable line.

@@ -88,7 +88,7 @@ def read_manifest(path: Path) -> tuple[ZooModel, ...]:
 def parse_manifest(data: Any, path: Path) -> tuple[ZooModel, ...]:
     """The models of an already-loaded manifest (`path` names it in errors and anchors relative targets)."""
     if not isinstance(data, dict) or "models" not in data:
-        raise ManifestError(f"manifest {path}: expected a mapping with a `models:` key (see README, 'opscan zoo')")
+        raise ManifestError(f"manifest {path}: expected a mapping with a `models:` key (see docs/zoo.md)")
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise ManifestError(f"manifest {path}: `defaults` must be a mapping")
