@@ -130,32 +130,31 @@ class Fed:
         self.func, self.tensors, self.dtype_names, self.spec, self.seed = func, tensors, dtype_names, spec, seed
         self.shared, self.outputs = [tuple(p) for p in shared], [tuple(p) for p in outputs]
         self.made = None
+        self.label = None  # the device's name in `made` (default: the device string)
 
     def run(self, placed, device, wide, run_op=None):
         """Replace the fed tensors of `placed` (the call's tensors on `device`) by the forward's outputs."""
+        where = self.label or device
         try:
-            self.made = device
-            return self._into(placed, device, wide, run_op or plain_call)
+            self._into(placed, device, wide, run_op or plain_call)
+            self.made = where
+            return
         except BuildError:
             raise
         except Exception as exc:  # noqa: BLE001 - the forward's own failure: fall back, and say so
             why = type(exc).__name__ + ": " + (str(exc).strip().splitlines() or [""])[0][:200]
-        if device == "cpu":
-            self.made = "recorded (the forward raised on the CPU: " + why + ")"
-            return None
         on_cpu = [t.detach().to("cpu") for t in placed]
         try:
             self._into(on_cpu, "cpu", wide, plain_call)
         except BuildError:
             raise
         except Exception as exc:  # noqa: BLE001 - not even the CPU makes them: keep the recorded inputs
-            self.made = "recorded (the forward raised on " + device + " (" + why + ") and on the CPU: " + \
+            self.made = "recorded (the forward raised on " + where + ": " + why + "; and on the CPU: " + \
                 type(exc).__name__ + ")"
-            return None
+            return
         for call_index, _ in self.outputs:
             placed[call_index] = on_cpu[call_index].to(device)
-        self.made = "cpu (the forward raised on " + device + ": " + why + ")"
-        return None
+        self.made = "cpu (the forward raised on " + where + ": " + why + ")"
 
     def _into(self, placed, device, wide, run_op):
         mine = place_tensors(self.tensors, self.dtype_names, device, wide)

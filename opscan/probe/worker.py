@@ -141,6 +141,8 @@ def _run_on_device(call, func, tensors, backend, feed=None):
     device first; its warnings (a fallback of the forward) are not the call's."""
     feed = feed if not isinstance(feed, str) else None
     forward = 0
+    if feed is not None:
+        feed.label = backend.name
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.set_warn_always(True)
