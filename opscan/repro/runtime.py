@@ -55,7 +55,8 @@ def main(case, argv=None):
         return cannot_run(str(exc))
     except Exception as exc:  # noqa: BLE001 - a setup failure is not the failure being reproduced
         return cannot_run("setting up the call failed: " + first_line(exc))
-    print("inputs:", "; ".join(describe(t) for t in case["tensors"]))
+    fed = {c for c, _ in (case.get("feed") or {}).get("outputs", [])}
+    print("inputs:", "; ".join(describe(t, i in fed) for i, t in enumerate(case["tensors"])))
     try:
         return judge(func, case, device, tensors, reference, feed)
     except NOT_HERE as exc:
@@ -152,9 +153,9 @@ def materialize(case, tensors, device, wide, feed=None, run_op=None):
     return materialize_args(tensors, dtypes, case["spec"], case["seed"], device, wide, feed, run_op)
 
 
-def describe(spec):
-    """"int64[6] (values)" / "float32[2, 36] (seeded)"."""
-    how = "values" if spec.get("values") is not None else "seeded"
+def describe(spec, fed=False):
+    """"int64[6] (values)" / "float32[2, 36] (seeded)" / "float16[64] (its forward's)"."""
+    how = "its forward's" if fed else "values" if spec.get("values") is not None else "seeded"
     return spec["dtype"] + str(list(spec["shape"])) + " (" + how + ")"
 
 
