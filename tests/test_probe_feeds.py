@@ -128,6 +128,14 @@ def test_capping_shrinks_the_call_and_its_forward_alike(half_trace):
     assert small.feed.tensors[1].shape == small.tensors[2].shape == (8,)  # weight
 
 
+def test_minimising_a_call_keeps_its_forward(half_trace):
+    from opscan.repro.minimize import mapped
+
+    probe = next(p for p in _norm_probes(plan(half_trace, mps_view(half_trace), "cpu")) if p.op == BN_BACKWARD)
+    smaller = mapped(probe, {16: 4})
+    assert smaller.feed is not None and smaller.feed.tensors[0].shape == smaller.tensors[1].shape == (8, 4)
+
+
 def test_a_forward_that_cannot_be_replayed_falls_back_to_the_devices_rule(half_trace):
     # the forward's arguments were not recorded: on cuda the rule of Normalization.cu / layer_norm_kernel.cu
     # gives float32 statistics; on the CPU nothing is known beyond the recording, and the plan says so
