@@ -78,6 +78,28 @@ def test_every_distinct_signature_is_one_probe_and_every_row_is_measured(measure
     assert failing == NOT_NATIVE_ON_CPU[(model, dtype)]
 
 
+# the backwards of both steps that consume what a forward saved, and that forward (opscan/probe/feeds.py)
+FED = {"resnet18": {"aten::native_batch_norm_backward": "aten::native_batch_norm",
+                    "aten::max_pool2d_with_indices_backward": "aten::max_pool2d_with_indices",
+                    "aten::nll_loss_backward": "aten::nll_loss_forward"},
+       "bert": {"aten::native_layer_norm_backward": "aten::native_layer_norm",
+                "aten::nll_loss_backward": "aten::nll_loss_forward"}}
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_saved_statistics_and_indices_are_made_by_the_forward_on_the_probe_device(measured, model, dtype):
+    # what cuda measured as `error` in float16/bfloat16 before (issue 24 item 4): every such backward now runs
+    # its own forward on the probe's device first, with the forward's input shared with the backward's
+    configs, result = measured
+    _, _, the_plan = configs[(model, dtype)]
+    fed = [p for p in the_plan.probes if p.op in FED[model]]
+    assert {p.op for p in fed} == set(FED[model])
+    for probe in fed:
+        assert probe.feed is not None and probe.feed.op == FED[model][probe.op] and probe.feed.shared
+        feed = result.off[probe.id].extra["feed"]
+        assert feed["op"] == probe.feed.op and feed["made"] == "cpu", feed
+    assert not [p for p in the_plan.probes if p.feed and p.op not in FED[model]]
 
 
 def test_a_crafted_op_that_fails_in_low_precision_on_cpu_is_caught_with_its_real_text():

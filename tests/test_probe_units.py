@@ -250,7 +250,7 @@ def test_the_worker_records_a_missing_reference_as_unchecked(monkeypatch):
     """A call whose CPU reference raises (both float64 and same-dtype): the worker compares nothing and says so."""
     from opscan.probe import backends, worker
 
-    monkeypatch.setattr(worker, "_reference", lambda call, func, tensors: "RuntimeError: no CPU kernel")
+    monkeypatch.setattr(worker, "_reference", lambda call, func, tensors, feed=None: "RuntimeError: no CPU kernel")
     call = make("aten::add.Tensor", [TensorSpec("float32", (3,), (1,)), TensorSpec("float32", (3,), (1,))],
                 {"args": [{"t": 0}, {"t": 1}], "kwargs": {}})
     outcome = worker.run_one(call, "off", backends.Backend())

@@ -8,6 +8,8 @@ it on the probe device:
 - on `cpu` and `cuda`, the recorded CPU calls (for a lens row: the span of calls it replaces),
   because that is what those devices run.
 Calls with the same signature (op, tensor dtypes/shapes/strides, every argument) share one probe.
+A call that consumes what a forward made (saved statistics, indices, workspaces) carries that forward, which the
+worker runs on the probe's device first (feeds.py); the forward is part of its signature.
 A call that cannot be replayed is kept as an unreplayable entry with its reason: its row is `unknown`.
 """
 
@@ -17,8 +19,9 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from opscan.probe import feeds
 from opscan.probe.groups import replay_for
-from opscan.probe.protocol import ProbeCall, TensorSpec, probe_id, signature
+from opscan.probe.protocol import Feed, ProbeCall, TensorSpec, new_call, probe_id
 from opscan.probe.shrink import cap
 from opscan.trace.argspec import iter_tensors, tensor_count, unsupported
 
@@ -38,6 +41,7 @@ class Plan:
     capped: int = 0  # probes with a cap proposed (the worker applies it when the CPU accepts the capped call)
     torch: str = ""  # the torch that traced the step (and runs the probes)
     per_call: tuple = ()  # per MPS-view call, in view order: the probe ids (and "unreplayable:..." ids) it needs
+    saved: dict = field(default_factory=dict)  # probe id -> how its saved inputs are made (feeds.py)
 
     @property
     def fingerprint(self) -> str:
@@ -55,6 +59,8 @@ def plan(trace, view, device: str, max_elements: int | None = None) -> Plan:
     unreplayable: dict[str, str] = {}
     rows: dict = {}
     per_call: list[list[str]] = []
+    saved: dict[str, str] = {}
+    producers = feeds.Producers(trace)
     calls = 0
     for mps_call in view:
         ids = rows.setdefault((mps_call.op, mps_call.dtypes), [])
@@ -62,13 +68,15 @@ def plan(trace, view, device: str, max_elements: int | None = None) -> Plan:
         per_call.append(mine)
         for stand_in in _stand_ins(trace, mps_call, device):
             calls += 1
-            made = stand_in if isinstance(stand_in, (str, ProbeCall)) else from_call(stand_in)
+            made, how = _made(stand_in, producers, device)
             if isinstance(made, str):
                 key = "unreplayable:" + probe_id(made + repr(mps_call.op))
                 unreplayable[key] = made
             else:
                 if made.id not in probes:
                     probes[made.id] = cap(made, max_elements, has_builder) if max_elements else made
+                    if how:
+                        saved[made.id] = how
                 key = made.id
             if key not in ids:
                 ids.append(key)
@@ -76,7 +84,17 @@ def plan(trace, view, device: str, max_elements: int | None = None) -> Plan:
                 mine.append(key)
     capped = sum(1 for p in probes.values() if p.shrink)
     return Plan(device, tuple(probes.values()), {k: tuple(v) for k, v in rows.items()}, unreplayable, calls,
-                max_elements, capped, getattr(trace, "torch_version", ""), tuple(map(tuple, per_call)))
+                max_elements, capped, getattr(trace, "torch_version", ""), tuple(map(tuple, per_call)), saved)
+
+
+def _made(stand_in, producers, device: str):
+    """(the ProbeCall of one stand-in, or why there is none; how its saved inputs are made, or None)."""
+    if isinstance(stand_in, (str, ProbeCall)):
+        return stand_in, None
+    made = from_call(stand_in)
+    if isinstance(made, str):
+        return made, None
+    return feeds.with_feed(made, stand_in, producers, device, from_call)
 
 
 def from_call(call) -> ProbeCall | str:
@@ -98,10 +116,9 @@ def from_call(call) -> ProbeCall | str:
     return make(call.op.display, tensors, _strip_values(spec))
 
 
-def make(op: str, tensors, spec: dict) -> ProbeCall:
-    """A ProbeCall with its id (the signature's hash) and seed (from the id)."""
-    ident = probe_id(signature(op, tensors, spec))
-    return ProbeCall(ident, op, tuple(tensors), spec, int(ident[:8], 16))
+def make(op: str, tensors, spec: dict, feed: Feed | None = None) -> ProbeCall:
+    """A ProbeCall with its id (the signature's hash, with its feed's) and seed (from the id)."""
+    return new_call(op, tensors, spec, feed)
 
 
 def _strip_values(spec):

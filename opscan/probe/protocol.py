@@ -47,6 +47,43 @@ class TensorSpec:
 
 
 @dataclass(frozen=True)
+class Feed:
+    """The forward call whose outputs a probe call consumes (saved statistics, indices, workspaces: feeds.py).
+
+    The worker runs it on the probe's device first and hands its outputs to the call, so the call gets what that
+    device's own forward makes (CUDA keeps float16 batch-norm statistics in float32; the CPU keeps them in
+    float16); the CPU reference runs it the same way on the CPU. `shared`: (feed tensor, call tensor) pairs that
+    are the same tensor in the step (the forward's input is the backward's `input`); `outputs`: (call tensor,
+    position among the feed's tensor outputs) pairs. Tensors not shared are seeded with `seed` (rebuild.py)."""
+
+    op: str
+    tensors: tuple[TensorSpec, ...]
+    spec: dict
+    shared: tuple[tuple[int, int], ...]
+    outputs: tuple[tuple[int, int], ...]
+    seed: int
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        return {"op": self.op, "tensors": [t.to_dict() for t in self.tensors], "spec": self.spec,
+                "shared": [list(p) for p in self.shared], "outputs": [list(p) for p in self.outputs],
+                "seed": self.seed}
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> Feed | None:
+        """Inverse of to_dict (None stays None)."""
+        if d is None:
+            return None
+        pairs = lambda key: tuple((int(a), int(b)) for a, b in d[key])  # noqa: E731
+        return cls(str(d["op"]), tuple(TensorSpec.from_dict(t) for t in d["tensors"]), dict(d["spec"]),
+                   pairs("shared"), pairs("outputs"), int(d["seed"]))
+
+    def signature(self) -> str:
+        """Canonical text: the forward's call signature and how it feeds the call."""
+        return signature(self.op, self.tensors, self.spec) + json.dumps([self.shared, self.outputs])
+
+
+@dataclass(frozen=True)
 class ProbeCall:
     """One distinct call signature of the step, replayable in a fresh process.
 
@@ -62,25 +99,36 @@ class ProbeCall:
     seed: int
     note: str | None = None  # why the shapes stay full, when a cap was asked for and not possible
     shrink: dict | None = None  # size -> smaller size (shrink.py), applied by the worker when the CPU accepts it
+    feed: Feed | None = None  # the forward that makes some of its inputs on the probe's device first
 
     def to_dict(self) -> dict:
-        """JSON form."""
+        """JSON form (`feed` only when there is one: the form of a call without one is unchanged)."""
         shrink = {str(k): v for k, v in self.shrink.items()} if self.shrink else None
-        return {"id": self.id, "op": self.op, "tensors": [t.to_dict() for t in self.tensors],
-                "spec": self.spec, "seed": self.seed, "note": self.note, "shrink": shrink}
+        out = {"id": self.id, "op": self.op, "tensors": [t.to_dict() for t in self.tensors],
+               "spec": self.spec, "seed": self.seed, "note": self.note, "shrink": shrink}
+        if self.feed is not None:
+            out["feed"] = self.feed.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> ProbeCall:
         """Inverse of to_dict."""
         shrink = {int(k): v for k, v in d["shrink"].items()} if d.get("shrink") else None
         return cls(d["id"], d["op"], tuple(TensorSpec.from_dict(t) for t in d["tensors"]), d["spec"],
-                   int(d["seed"]), d.get("note"), shrink)
+                   int(d["seed"]), d.get("note"), shrink, Feed.from_dict(d.get("feed")))
 
 
 def signature(op: str, tensors, spec: dict) -> str:
     """Canonical text of a call signature: op, tensor dtype/shape/stride, arguments (values excluded)."""
     metas = [[t.dtype, list(t.shape), list(t.stride)] for t in tensors]
     return json.dumps([op, metas, _without_values(spec)], sort_keys=True, separators=(",", ":"))
+
+
+def new_call(op: str, tensors, spec: dict, feed: Feed | None = None) -> ProbeCall:
+    """A ProbeCall with its id (the hash of its signature, with its feed's) and seed (from the id)."""
+    text = signature(op, tensors, spec) + ("" if feed is None else "|feed:" + feed.signature())
+    ident = probe_id(text)
+    return ProbeCall(ident, op, tuple(tensors), spec, int(ident[:8], 16), feed=feed)
 
 
 def probe_id(sig: str) -> str:

@@ -11,6 +11,10 @@ recorded values (a nested list, or {"zlib": bytes} in a script) replace the seed
 onto its device, floating ones widened to REFERENCE_DTYPE for the float64 CPU reference. Anything this torch
 cannot rebuild (a dtype, layout or argument type it lacks) raises BuildError: the probe's row is `unknown`, a
 script exits 2 — never the op's own failure.
+
+A call that consumes what a forward made (saved statistics, indices, workspaces) carries that forward (`Fed`):
+each run makes those inputs by running the forward first on the run's own device (the reference: on the CPU,
+widened like the call), so the call never gets tensors its device's forward would not make.
 """
 
 import zlib
@@ -80,18 +84,88 @@ def laid_out(values, shape, stride):
     return torch.empty_strided(shape, stride, dtype=values.dtype).copy_(values)
 
 
-def materialize_args(tensors, dtype_names, spec, seed, device, wide):
+def materialize_args(tensors, dtype_names, spec, seed, device, wide, feed=None, run_op=None):
     """(args, kwargs) for one run: each tensor's storage copied to `device` (floating ones widened to
-    REFERENCE_DTYPE when `wide`; never the built tensor itself: ops write in place), the arguments decoded."""
+    REFERENCE_DTYPE when `wide`; never the built tensor itself: ops write in place), the arguments decoded.
+    With `feed` (a Fed), the inputs its forward makes are that forward's outputs in this run, the forward run
+    by `run_op` (see Fed)."""
+    placed = place_tensors(tensors, dtype_names, device, wide)
+    if feed is not None:
+        feed.run(placed, device, wide, run_op)
+    return decode_args(spec, placed, device, seed)
+
+
+def place_tensors(tensors, dtype_names, device, wide):
+    """Each tensor's storage copied to `device` (floating ones widened to REFERENCE_DTYPE when `wide`)."""
     placed = []
     for t, name in zip(tensors, dtype_names):
         dtype = dtype_of(REFERENCE_DTYPE[name]) if wide and name in REFERENCE_DTYPE else t.dtype
         n = storage_size(tuple(t.shape), tuple(t.stride()))
         storage = t.as_strided((n,), (1,), t.storage_offset()).to(device=device, dtype=dtype, copy=True)
         placed.append(storage.as_strided(tuple(t.shape), tuple(t.stride())))
+    return placed
+
+
+def decode_args(spec, placed, device, seed):
+    """(args, kwargs) of a recorded spec over the placed tensors."""
     args = [decode_argument(a, placed, device, seed) for a in spec.get("args", [])]
     kwargs = {k: decode_argument(v, placed, device, seed) for k, v in spec.get("kwargs", {}).items()}
     return args, kwargs
+
+
+class Fed:
+    """The forward call that makes some of a call's inputs (saved statistics, indices, workspaces), run first in
+    each run of the call, on that run's device, so the call consumes what that device's own forward makes.
+
+    `func`: the forward op; `tensors`/`dtype_names`/`spec`/`seed`: its own inputs and arguments, built like a
+    call's; `shared`: (forward tensor, call tensor) pairs that are one tensor in the step (the call's placed
+    tensor is passed, so an in-place update of the forward reaches the call as in the step); `outputs`: (call
+    tensor, position among the forward's tensor outputs). `run(..., run_op)` runs it with `run_op(func, args,
+    kwargs)` (default: a plain call). When the forward raises on the device, its outputs are made on the CPU and
+    copied to the device (what PyTorch's CPU fallback would hand on); when it fails on the CPU as well, the call
+    keeps its recorded inputs. `made` says which happened, for the record: "<device>", "cpu (...)" or
+    "recorded (...)"."""
+
+    def __init__(self, func, tensors, dtype_names, spec, seed, shared, outputs):
+        self.func, self.tensors, self.dtype_names, self.spec, self.seed = func, tensors, dtype_names, spec, seed
+        self.shared, self.outputs = [tuple(p) for p in shared], [tuple(p) for p in outputs]
+        self.made = None
+        self.label = None  # the device's name in `made` (default: the device string)
+
+    def run(self, placed, device, wide, run_op=None):
+        """Replace the fed tensors of `placed` (the call's tensors on `device`) by the forward's outputs."""
+        where = self.label or device
+        try:
+            self._into(placed, device, wide, run_op or plain_call)
+            self.made = where
+            return
+        except BuildError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the forward's own failure: fall back, and say so
+            why = type(exc).__name__ + ": " + (str(exc).strip().splitlines() or [""])[0][:200]
+        on_cpu = [t.detach().to("cpu") for t in placed]
+        try:
+            self._into(on_cpu, "cpu", wide, plain_call)
+        except BuildError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - not even the CPU makes them: keep the recorded inputs
+            self.made = "recorded (the forward raised on " + where + ": " + why + "; and on the CPU: " + \
+                type(exc).__name__ + ")"
+            return
+        for call_index, _ in self.outputs:
+            placed[call_index] = on_cpu[call_index].to(device)
+        self.made = "cpu (the forward raised on " + where + ": " + why + ")"
+
+    def _into(self, placed, device, wide, run_op):
+        mine = place_tensors(self.tensors, self.dtype_names, device, wide)
+        for feed_index, call_index in self.shared:
+            mine[feed_index] = placed[call_index]
+        args, kwargs = decode_args(self.spec, mine, device, self.seed)
+        made = [v for v in flatten(run_op(self.func, args, kwargs)) if isinstance(v, torch.Tensor)]
+        for call_index, position in self.outputs:
+            if position >= len(made):
+                raise RuntimeError("the forward made " + str(len(made)) + " tensors, not " + str(position + 1))
+            placed[call_index] = made[position].detach()
 
 
 def decode_argument(value, tensors, device, seed):
@@ -118,6 +192,11 @@ def decode_argument(value, tensors, device, seed):
     if tag == "generator":
         return torch.Generator(device=device).manual_seed(seed)
     raise BuildError("an argument of type " + str(payload if tag == "unsupported" else tag) + " cannot be replayed")
+
+
+def plain_call(func, args, kwargs):
+    """Run an op."""
+    return func(*args, **kwargs)
 
 
 def collect(func, out, args, kwargs):

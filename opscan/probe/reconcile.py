@@ -102,8 +102,12 @@ def _pass(outcome) -> dict | None:
     if outcome is None:
         return None
     first = (outcome.message or "").strip().splitlines()
-    return {"status": outcome.status, "exc_type": outcome.exc_type, "message": first[0][:400] if first else None,
-            "fallback_seen": outcome.fallback_seen, "signal": outcome.signal, "confirmed": outcome.confirmed}
+    out = {"status": outcome.status, "exc_type": outcome.exc_type, "message": first[0][:400] if first else None,
+           "fallback_seen": outcome.fallback_seen, "signal": outcome.signal, "confirmed": outcome.confirmed}
+    feed = (outcome.extra or {}).get("feed")
+    if feed:  # the inputs a forward made: which forward, and where it ran (worker.py)
+        out["feed"] = feed
+    return out
 
 
 def _max(values) -> float | None:
@@ -135,6 +139,7 @@ def measurement_section(plan, result, options, where: Where, isolation: str, jou
                    "on": {"probes": len(result.on), "fallback_env": "1"}},
         "outcomes": dict(sorted(probe_verdicts(plan, result).items())),
         "shapes": _shapes(plan, result),
+        "saved_inputs": _saved(plan, result),
         "tolerances": {d: {"atol": a, "rtol": r} for d, (a, r) in TOLERANCES.items()},
         "tolerance_rule": "|out - ref| <= atol * max(1, max|ref|) + rtol * |ref|, dtype = least precise floating "
                           "dtype of the call; integers exact; random and tie-breaking index outputs by properties; "
@@ -158,6 +163,17 @@ def _note(where: Where) -> str:
                 "the memory estimate and the upgrade advice stay predicted")
     return (f"measured on {where.label} (not MPS): verdicts, step graph, transfers and lane stay predicted for MPS; "
             f"each row's `measured` block describes {where.label} only")
+
+
+def _saved(plan, result) -> dict:
+    """How the probes that consume a forward's outputs got them: by that forward on the device (the off pass),
+    on the CPU after it raised there, or as recorded (feeds.py), with each way's count."""
+    made = Counter()
+    for pid, how in plan.saved.items():
+        feed = ((result.off.get(pid) and result.off[pid].extra) or {}).get("feed") or {}
+        where = feed.get("made")
+        made[how if not where else f"by {feed.get('op')} on {where}"] += 1
+    return {"probes": len(plan.saved), "made": dict(sorted(made.items()))}
 
 
 def _shapes(plan, result) -> dict:

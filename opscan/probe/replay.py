@@ -16,7 +16,7 @@ import torch
 
 from opscan.opkey import OpKey
 from opscan.probe.protocol import ProbeCall
-from opscan.probe.rebuild import BuildError, dtype_of, initial, laid_out, materialize_args
+from opscan.probe.rebuild import BuildError, Fed, dtype_of, initial, laid_out, materialize_args
 
 
 # integer arguments whose values must point inside another tensor: without recorded values or a builder,
@@ -48,12 +48,12 @@ class BuildContext:
 
     def arg(self, name: str, default=None):
         """A non-tensor argument by its schema name (tensors come back as their index)."""
-        value = _named_args(self.func, self.call.spec).get(name, default)
+        value = named_args(self.func, self.call.spec).get(name, default)
         return value
 
     def index(self, name: str) -> int | None:
         """The tensor index of a schema argument, or None when it is not a (single) tensor."""
-        value = _named_args(self.func, self.call.spec).get(name)
+        value = named_args(self.func, self.call.spec).get(name)
         return value["t"] if isinstance(value, dict) and "t" in value else None
 
     def fill(self, i: int, values: torch.Tensor) -> None:
@@ -63,16 +63,18 @@ class BuildContext:
         self.missing.discard(i)
 
 
-def build(call: ProbeCall, func) -> list[torch.Tensor]:
-    """The probe's CPU tensors: seeded floats, recorded or built integers (BuildError when impossible)."""
+def build(call: ProbeCall, func, given=frozenset()) -> list[torch.Tensor]:
+    """The probe's CPU tensors: seeded floats, recorded or built integers (BuildError when impossible).
+    Tensors in `given` need no values here: each run takes them from elsewhere (the call's feed)."""
     from op_probes import builder_for
 
     generator = torch.Generator().manual_seed(call.seed)
     tensors, missing = [], set()
+    given = frozenset(given) | fed_indices(call)
     for i, spec in enumerate(call.tensors):
         tensor, needs_values = initial(spec.dtype, spec.shape, spec.stride, spec.values, generator)
         tensors.append(tensor)
-        if needs_values:
+        if needs_values and i not in given:
             missing.add(i)
     builder = builder_for(call.op)
     ctx = BuildContext(call, func, tensors, missing, generator)
@@ -100,19 +102,42 @@ def _small_or_fail(ctx: BuildContext) -> None:
 
 def _argument_of(func, spec: dict, i: int) -> str | None:
     """The schema name of the argument that holds tensor i (directly or in a list)."""
-    for name, value in _named_args(func, spec).items():
+    for name, value in named_args(func, spec).items():
         found = value if isinstance(value, list) else [value]
         if any(isinstance(v, dict) and v.get("t") == i for v in found):
             return name
     return None
 
 
-def materialize(call: ProbeCall, tensors, device: str, wide: bool):
-    """(args, kwargs) for one run: tensors copied to `device` (float64/complex128 when `wide`)."""
-    return materialize_args(tensors, [t.dtype for t in call.tensors], call.spec, call.seed, device, wide)
+def materialize(call: ProbeCall, tensors, device: str, wide: bool, feed: Fed | None = None, run_op=None):
+    """(args, kwargs) for one run: tensors copied to `device` (float64/complex128 when `wide`), the inputs the
+    call's feed makes made by its forward on `device` (run by `run_op`)."""
+    return materialize_args(tensors, [t.dtype for t in call.tensors], call.spec, call.seed, device, wide, feed,
+                            run_op)
 
 
-def _named_args(func, spec: dict) -> dict:
+def fed_indices(call: ProbeCall) -> frozenset:
+    """The call's tensors its feed makes (none without one)."""
+    return frozenset(c for c, _ in call.feed.outputs) if call.feed else frozenset()
+
+
+def feed_of(call: ProbeCall) -> tuple[Fed | None, str | None]:
+    """(the call's forward, ready to run, or None; why it is None although the call has a feed). A forward that
+    cannot be built here leaves the call with its recorded inputs, never without a measurement."""
+    feed = call.feed
+    if feed is None:
+        return None, None
+    try:
+        func = resolve(feed.op)
+        as_call = ProbeCall(call.id, feed.op, feed.tensors, feed.spec, feed.seed)
+        tensors = build(as_call, func, frozenset(f for f, _ in feed.shared))
+    except BuildError as exc:
+        return None, f"recorded (the forward {feed.op} cannot be built: {str(exc)[:200]})"
+    return Fed(func, tensors, [t.dtype for t in feed.tensors], feed.spec, feed.seed, feed.shared, feed.outputs), None
+
+
+def named_args(func, spec: dict) -> dict:
+    """A call's arguments by their schema names (tensors as {"t": i})."""
     names = [a.name for a in func._schema.arguments]
     named = dict(zip(names, spec.get("args", [])))
     named.update(spec.get("kwargs", {}))

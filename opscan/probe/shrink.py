@@ -6,7 +6,8 @@ repeatedly, largest first, until no tensor has more than `max_elements` elements
 most MIN_SIZE are never touched (kernel sizes, heads, small batches). Strides are rebuilt dense in
 the recorded order (stride 0 stays 0); recorded integer values are dropped and remade by op_probes.
 
-The parent proposes a mapping (`cap`) after checking the capped call on meta tensors; the worker
+A call's feed (the forward that makes its saved inputs: feeds.py) is shrunk by the same mapping, so the two stay
+consistent. The parent proposes a mapping (`cap`) after checking the capped call (and feed) on meta tensors; the worker
 applies it (`apply`) only if the capped call's CPU reference runs, else it probes the full shapes —
 meta kernels accept some inconsistent shapes (a convolution's grad_output) that real kernels refuse.
 A call with recorded integer values and no op_probes builder to remake them is never capped.
@@ -30,14 +31,17 @@ def numel(shape) -> int:
 def cap(call: ProbeCall, max_elements: int | None, has_builder) -> ProbeCall:
     """The call with a shrink mapping proposed (or unchanged, with a note saying why not).
     `has_builder(op)` says whether op_probes can remake integer values."""
-    if not max_elements or not call.tensors or max(numel(t.shape) for t in call.tensors) <= max_elements:
+    everything = call.tensors + (call.feed.tensors if call.feed else ())
+    if not max_elements or not call.tensors or max(numel(t.shape) for t in everything) <= max_elements:
         return call
-    if any(t.values is not None for t in call.tensors) and not has_builder(call.op):
+    if any(t.values is not None for t in call.tensors) and not has_builder(call.op) or \
+            call.feed and any(t.values is not None for t in call.feed.tensors) and not has_builder(call.feed.op):
         return replace(call, note="full shapes: its recorded integer values could not be remade for smaller shapes")
-    mapping = _mapping(call.tensors, max_elements)
+    mapping = _mapping(everything, max_elements)
     if not mapping:
         return replace(call, note=f"full shapes: no dimension above {MIN_SIZE} to shrink")
-    problem = check_on_meta(apply(replace(call, shrink=mapping)))
+    capped = apply(replace(call, shrink=mapping))
+    problem = check_on_meta(capped) or (check_on_meta(capped.feed) if capped.feed else None)
     if problem:
         return replace(call, note=f"full shapes: the capped call fails on meta tensors ({problem})")
     return replace(call, shrink=mapping)
@@ -46,8 +50,11 @@ def cap(call: ProbeCall, max_elements: int | None, has_builder) -> ProbeCall:
 def apply(call: ProbeCall) -> ProbeCall:
     """The capped call: shapes, strides and integer arguments mapped, integer values dropped."""
     mapping = call.shrink or {}
+    feed = call.feed and replace(call.feed, tensors=tuple(_shrunk(t, mapping) for t in call.feed.tensors),
+                                 spec=_ints(call.feed.spec, mapping))
     return replace(call, tensors=tuple(_shrunk(t, mapping) for t in call.tensors), spec=_ints(call.spec, mapping),
-                   shrink=None, note="shapes capped from " + "; ".join(str(list(t.shape)) for t in call.tensors))
+                   shrink=None, note="shapes capped from " + "; ".join(str(list(t.shape)) for t in call.tensors),
+                   feed=feed)
 
 
 def _mapping(tensors, max_elements: int) -> dict[int, int]:
@@ -89,8 +96,8 @@ def _ints(spec, mapping: dict[int, int]):
     return spec
 
 
-def check_on_meta(call: ProbeCall) -> str | None:
-    """Run the call on meta tensors; the error text when it fails, else None."""
+def check_on_meta(call) -> str | None:
+    """Run the call (a ProbeCall or a Feed) on meta tensors; the error text when it fails, else None."""
     import torch
 
     from opscan.probe import replay

@@ -20,6 +20,7 @@ import socket
 import sys
 import time
 import warnings
+from functools import partial
 
 import torch
 
@@ -63,13 +64,13 @@ def run_one(call: ProbeCall, pass_name: str, backend) -> PassOutcome:
     start = time.perf_counter()
     try:
         func = replay.resolve(call.op)
-        used, tensors, reference, shapes = _prepare(call, func)
+        used, tensors, reference, shapes, feed = _prepare(call, func)
     except BuildError as exc:
         return PassOutcome(call.id, pass_name, "unbuildable", "BuildError", str(exc))
-    got, error, caught = _run_on_device(used, func, tensors, backend)
+    got, error, caught = _run_on_device(used, func, tensors, backend, feed)
     seen = fallback_ops(caught)
     common = dict(warnings=tuple(w[:MESSAGE_LIMIT] for w in caught[:20]), fallback_seen=bool(seen),
-                  extra={"fallback_ops": seen, "shapes": shapes})
+                  extra={"fallback_ops": seen, "shapes": shapes, **_fed(used, feed)})
     if isinstance(error, BuildError):  # an argument that cannot be decoded here
         return PassOutcome(call.id, pass_name, "unbuildable", "BuildError", str(error))
     if error is not None:
@@ -81,7 +82,8 @@ def run_one(call: ProbeCall, pass_name: str, backend) -> PassOutcome:
 
 
 def _prepare(call: ProbeCall, func):
-    """(the call to run, its CPU tensors, the reference or why there is none, which shapes).
+    """(the call to run, its CPU tensors, the reference or why there is none, which shapes, its feed: a Fed,
+    a string saying why it has none, or None).
 
     The reference runs first, on the CPU: a capped call whose reference fails is not trusted (its
     shapes may disagree in a way meta kernels accept) and the probe falls back to its full shapes."""
@@ -89,40 +91,65 @@ def _prepare(call: ProbeCall, func):
         capped = shrink.apply(call)
         try:
             tensors = replay.build(capped, func)
+            feed = _feed(capped)
         except BuildError:
             tensors = None
-        reference = _reference(capped, func, tensors) if tensors is not None else None
+        reference = _reference(capped, func, tensors, feed) if tensors is not None else None
         if isinstance(reference, tuple):
-            return capped, tensors, reference, "capped"
+            return capped, tensors, reference, "capped", feed
         why = reference or "its inputs could not be built"
         full_note = f"full: the capped call failed on the CPU ({why[:200]})"
     else:
         full_note = "full"
     tensors = replay.build(call, func)
-    return call, tensors, _reference(call, func, tensors), full_note
+    feed = _feed(call)
+    return call, tensors, _reference(call, func, tensors, feed), full_note, feed
 
 
-def _reference(call, func, tensors):
-    """(outputs, "float64" | "same-dtype") from the CPU, or the reason there is none (a string)."""
+def _feed(call):
+    """The call's forward, ready to run (a Fed), why it has none although it has a feed (a string), or None."""
+    fed, why = replay.feed_of(call)
+    return fed if fed is not None else why
+
+
+def _fed(call, feed) -> dict:
+    """The outcome's record of the call's feed: which forward made which inputs, and where."""
+    if call.feed is None:
+        return {}
+    made = feed if isinstance(feed, str) else feed.made
+    return {"feed": {"op": call.feed.op, "inputs": [c for c, _ in call.feed.outputs], "made": made}}
+
+
+def _reference(call, func, tensors, feed=None):
+    """(outputs, "float64" | "same-dtype") from the CPU, or the reason there is none (a string); the inputs the
+    call's forward makes are made by it on the CPU, widened like the call."""
+    feed = feed if not isinstance(feed, str) else None
     why = ""
     for wide, label in comparison.references(func):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                args, kwargs = replay.materialize(call, tensors, "cpu", wide=wide)
+                args, kwargs = replay.materialize(call, tensors, "cpu", wide=wide, feed=feed)
                 return collect(func, func(*args, **kwargs), args, kwargs), label
         except Exception as exc:  # noqa: BLE001 - this reference cannot run: try the next one
             why = f"{type(exc).__name__}: {_message(exc)[:300]}"
     return why
 
 
-def _run_on_device(call, func, tensors, backend):
-    """(outputs on the CPU, the exception or None, warning texts)."""
+def _run_on_device(call, func, tensors, backend, feed=None):
+    """(outputs on the CPU, the exception or None, warning texts). The call's forward (its feed) runs on the
+    device first; its warnings (a fallback of the forward) are not the call's."""
+    feed = feed if not isinstance(feed, str) else None
+    forward = 0
+    if feed is not None:
+        feed.label = backend.name
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.set_warn_always(True)
         try:
-            args, kwargs = replay.materialize(call, tensors, backend.device, wide=False)
+            args, kwargs = replay.materialize(call, tensors, backend.device, wide=False, feed=feed,
+                                              run_op=partial(_synced, backend))
+            forward = len(caught)
             out = backend.call(func, args, kwargs)
             backend.sync()
             got = [_host(v) for v in collect(func, out, args, kwargs)]
@@ -130,7 +157,16 @@ def _run_on_device(call, func, tensors, backend):
             error = None
         except Exception as exc:  # noqa: BLE001 - the op's failure is the measurement
             got, error = None, exc
-    return got, error, [str(w.message) for w in caught]
+    if feed is not None and forward:
+        feed.made = f"{feed.made}; the forward warned: {str(caught[0].message)[:200]}"
+    return got, error, [str(w.message) for w in caught[forward:]]
+
+
+def _synced(backend, func, args, kwargs):
+    """Run the call's forward on the device and wait for it: an asynchronous error is the forward's own."""
+    out = backend.call(func, args, kwargs)
+    backend.sync()
+    return out
 
 
 def _host(value):

@@ -68,7 +68,7 @@ def mapped(call: ProbeCall, mapping: dict[int, int]) -> ProbeCall:
     if not any(k != v for k, v in mapping.items()):
         return call
     capped = shrink.apply(replace(call, shrink=dict(mapping)))
-    return make(capped.op, capped.tensors, capped.spec)
+    return make(capped.op, capped.tensors, capped.spec, capped.feed)
 
 
 def shapes(call: ProbeCall) -> list:

@@ -5,7 +5,8 @@ inputs and arguments with opscan/probe/rebuild.py, the probe worker's own rebuil
 probe, the recorded shapes and strides, recorded or inlined values), runs the call on the device, runs the CPU
 reference (floating inputs widened to float64, else the probe's own dtypes) and compares them with
 opscan/probe/comparison.py, the probe worker's own comparison (both copied into the script before this file).
-`main(case)` returns the script's exit code:
+A call that consumes a forward's outputs (saved statistics, indices) runs that forward first, on the device and in
+the reference alike, as the probe did (rebuild.py's Fed). `main(case)` returns the script's exit code:
 
     0  ran and agreed with the reference, no CPU-fallback warning: the failure did not reproduce
     1  the failure reproduced: the call raised, disagreed with the reference beyond tolerance, or PyTorch
@@ -25,7 +26,7 @@ import warnings
 import torch
 
 from opscan.probe.comparison import compare, fallback_ops, references  # scripts: comparison.py comes first
-from opscan.probe.rebuild import BuildError, collect, initial, materialize_args  # and rebuild.py
+from opscan.probe.rebuild import BuildError, Fed, collect, initial, materialize_args  # and rebuild.py
 
 
 class CannotRun(Exception):
@@ -48,14 +49,16 @@ def main(case, argv=None):
         check_device(device)
         func = resolve(case["op"])
         tensors = build(case)
-        reference = run_reference(func, case, tensors)
+        feed = build_feed(case)
+        reference = run_reference(func, case, tensors, feed)
     except NOT_HERE as exc:
         return cannot_run(str(exc))
     except Exception as exc:  # noqa: BLE001 - a setup failure is not the failure being reproduced
         return cannot_run("setting up the call failed: " + first_line(exc))
-    print("inputs:", "; ".join(describe(t) for t in case["tensors"]))
+    fed = {c for c, _ in (case.get("feed") or {}).get("outputs", [])}
+    print("inputs:", "; ".join(describe(t, i in fed) for i, t in enumerate(case["tensors"])))
     try:
-        return judge(func, case, device, tensors, reference)
+        return judge(func, case, device, tensors, reference, feed)
     except NOT_HERE as exc:
         return cannot_run(str(exc))
 
@@ -71,9 +74,11 @@ def first_line(exc):
     return type(exc).__name__ + ": " + (str(exc).strip().splitlines() or [""])[0][:300]
 
 
-def judge(func, case, device, tensors, reference):
+def judge(func, case, device, tensors, reference, feed=None):
     """Run on the device, print what happened, and return 0 or 1."""
-    got, error, fallback = run_on_device(func, case, tensors, device)
+    got, error, fallback = run_on_device(func, case, tensors, device, feed)
+    if feed is not None:
+        print("inputs", [c for c, _ in case["feed"]["outputs"]], "made by", case["feed"]["op"], "on", feed.made)
     if fallback:
         print("fallback: PyTorch ran", ", ".join(fallback), "on the CPU (its CPU-fallback warning)")
     if error is not None:
@@ -131,26 +136,37 @@ def build(case):
     return [initial(t["dtype"], t["shape"], t["stride"], t.get("values"), generator)[0] for t in case["tensors"]]
 
 
-def materialize(case, tensors, device, wide):
-    """(args, kwargs): each tensor's storage copied to `device` (widened to float64 when `wide`)."""
+def build_feed(case):
+    """The forward that makes some of the call's inputs (a Fed, its own tensors built like the call's), or None."""
+    feed = case.get("feed")
+    if not feed:
+        return None
+    tensors = build(feed)
+    return Fed(resolve(feed["op"]), tensors, [t["dtype"] for t in feed["tensors"]], feed["spec"], feed["seed"],
+               feed["shared"], feed["outputs"])
+
+
+def materialize(case, tensors, device, wide, feed=None, run_op=None):
+    """(args, kwargs): each tensor's storage copied to `device` (widened to float64 when `wide`), the inputs the
+    call's forward makes made by it on `device` first."""
     dtypes = [t["dtype"] for t in case["tensors"]]
-    return materialize_args(tensors, dtypes, case["spec"], case["seed"], device, wide)
+    return materialize_args(tensors, dtypes, case["spec"], case["seed"], device, wide, feed, run_op)
 
 
-def describe(spec):
-    """"int64[6] (values)" / "float32[2, 36] (seeded)"."""
-    how = "values" if spec.get("values") is not None else "seeded"
+def describe(spec, fed=False):
+    """"int64[6] (values)" / "float32[2, 36] (seeded)" / "float16[64] (its forward's)"."""
+    how = "its forward's" if fed else "values" if spec.get("values") is not None else "seeded"
     return spec["dtype"] + str(list(spec["shape"])) + " (" + how + ")"
 
 
-def run_reference(func, case, tensors):
+def run_reference(func, case, tensors, feed=None):
     """(outputs, "float64" | "same-dtype") on the CPU, or why there is none (a string)."""
     why = ""
     for wide, label in references(func):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                args, kwargs = materialize(case, tensors, "cpu", wide)
+                args, kwargs = materialize(case, tensors, "cpu", wide, feed)
                 return collect(func, func(*args, **kwargs), args, kwargs), label
         except NOT_HERE:
             raise
@@ -159,13 +175,15 @@ def run_reference(func, case, tensors):
     return why
 
 
-def run_on_device(func, case, tensors, device):
-    """(outputs on the CPU, the exception or None, the ops PyTorch said fell back to the CPU)."""
+def run_on_device(func, case, tensors, device, feed=None):
+    """(outputs on the CPU, the exception or None, the ops PyTorch said fell back to the CPU; not the forward's)."""
     torch.set_warn_always(True)  # the fallback warning is TORCH_WARN_ONCE otherwise
+    forward = 0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            args, kwargs = materialize(case, tensors, device, False)
+            args, kwargs = materialize(case, tensors, device, False, feed, lambda f, a, k: synced(device, f, a, k))
+            forward = len(caught)
             out = func(*args, **kwargs)
             synchronize(device)
             got = [v.detach().to("cpu") if isinstance(v, torch.Tensor) else v for v in collect(func, out, args, kwargs)]
@@ -175,8 +193,15 @@ def run_on_device(func, case, tensors, device):
             raise
         except Exception as exc:  # noqa: BLE001 - the failure being reproduced
             got, error = None, exc
-    fallback = fallback_ops(w.message for w in caught)
+    fallback = fallback_ops(w.message for w in caught[forward:])
     return got, error, fallback
+
+
+def synced(device, func, args, kwargs):
+    """Run the call's forward and wait for the device: its asynchronous error is its own."""
+    out = func(*args, **kwargs)
+    synchronize(device)
+    return out
 
 
 def synchronize(device):

@@ -96,18 +96,29 @@ def literal(value):
 
 
 def case_of(call: dict, device: str) -> dict:
-    """What runtime.main needs: op, tensors (recorded or inlined values), arguments and seed (how each output is
-    compared follows from the op, in comparison.py)."""
+    """What runtime.main needs: op, tensors (recorded or inlined values), arguments and seed, and the forward that
+    makes some of its inputs when it has one (how each output is compared follows from the op, in comparison.py)."""
     probe = call["probe"]
-    inline = call.get("inline") or {}
+    case = {"op": probe["op"], "device": device, "seed": probe["seed"],
+            "tensors": _tensors(probe["tensors"], call.get("inline") or {}), "spec": probe["spec"]}
+    feed = probe.get("feed")
+    if feed:  # the forward that makes some of the call's inputs, run first on the script's device
+        case["feed"] = {"op": feed["op"], "seed": feed["seed"], "tensors": _tensors(feed["tensors"],
+                        call.get("feed_inline") or {}), "spec": feed["spec"], "shared": feed["shared"],
+                        "outputs": feed["outputs"]}
+    return case
+
+
+def _tensors(specs, inline: dict) -> list:
+    """A case's tensors: dtype, shape, stride and recorded or inlined values."""
     tensors = []
-    for i, spec in enumerate(probe["tensors"]):
+    for i, spec in enumerate(specs):
         values = spec.get("values")
         if str(i) in inline:
             values = _unpacked(inline[str(i)])
         tensors.append({"dtype": spec["dtype"], "shape": list(spec["shape"]), "stride": list(spec["stride"]),
                         "values": _compact(values, spec["dtype"])})
-    return {"op": probe["op"], "device": device, "seed": probe["seed"], "tensors": tensors, "spec": probe["spec"]}
+    return tensors
 
 
 def _unpacked(packed: dict):

@@ -108,12 +108,12 @@ def call_entry(probe, result=None, label: str | None = None) -> dict:
 
 
 def prepared(call) -> dict:
-    """{"inline": {tensor index: packed values}, "properties": "all" | [output positions]} — or
-    {"unbuildable": why} when the probe's inputs cannot be built here either."""
-    import torch
-
+    """{"inline": {tensor index: packed values}, "properties": "all" | [output positions]} (and "feed_inline",
+    the same for the tensors of the call's feed) — or {"unbuildable": why} when the probe's inputs cannot be built
+    here either."""
     from opscan.probe import comparison, replay
-    from opscan.probe.rebuild import BuildError, initial
+    from opscan.probe.protocol import ProbeCall
+    from opscan.probe.rebuild import BuildError
 
     namespace = call.op.partition("::")[0]
     if namespace not in TORCH_NAMESPACES:
@@ -124,12 +124,26 @@ def prepared(call) -> dict:
         built = replay.build(call, func)
     except BuildError as exc:
         return {"unbuildable": str(exc)}
+    inline = _inline(call, built)
+    positions = [p for p in range(8) if comparison.how_for(func, p) == "properties"]
+    found = {"inline": inline, "properties": "all" if len(positions) == 8 else positions}
+    fed, _ = replay.feed_of(call)
+    if fed is not None:  # the forward that makes some inputs: its own builder-made values, for the script
+        forward = ProbeCall(call.id, call.feed.op, call.feed.tensors, call.feed.spec, call.feed.seed)
+        found["feed_inline"] = _inline(forward, fed.tensors)
+    return found
+
+
+def _inline(call, built) -> dict:
+    """{tensor index: packed values} of the built tensors a script's seeded rebuild would not make itself."""
+    import torch
+
+    from opscan.probe.rebuild import initial
+
     generator = torch.Generator().manual_seed(call.seed)
     seeded = [initial(s.dtype, s.shape, s.stride, s.values, generator)[0] for s in call.tensors]  # as the script
-    inline = {str(i): pack(b) for i, (s, b) in enumerate(zip(seeded, built))
-              if call.tensors[i].values is None and not _same(s, b)}
-    positions = [p for p in range(8) if comparison.how_for(func, p) == "properties"]
-    return {"inline": inline, "properties": "all" if len(positions) == 8 else positions}
+    return {str(i): pack(b) for i, (s, b) in enumerate(zip(seeded, built))
+            if call.tensors[i].values is None and not _same(s, b)}
 
 
 def _same(a, b) -> bool:
