@@ -22,6 +22,11 @@ class TensorMeta:
     device: str
     storage: int  # storage identity within this trace (same number = same storage)
     nbytes: int
+    # element offset into the storage, as MPS would see it: a tensor the step receives (parameter, buffer, input)
+    # is copied to MPS by `.to("mps")`, which starts it at offset 0, so offsets are counted from where it starts
+    offset: int = 0
+    requires_grad: bool = False
+    host: bool = False  # stays on the CPU while the step runs on MPS (trace/tensors.py Placement)
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -32,6 +37,9 @@ class TensorMeta:
             "device": self.device,
             "storage": self.storage,
             "nbytes": self.nbytes,
+            "offset": self.offset,
+            "requires_grad": self.requires_grad,
+            "host": self.host,
         }
 
 
