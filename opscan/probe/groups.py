@@ -120,7 +120,7 @@ def _from_call(op: str, call, names, positional, keywords):
         return f"{op}: the recorded call lacks {', '.join(missing)}; not rebuilt"
     values = {ref["t"]: ref.get("v") for ref in iter_tensors(spec)}
     tensors = [TensorSpec(dtype, tuple(shape), tuple(stride), values.get(i))
-               for i, (dtype, shape, stride) in enumerate(metas)]
+               for i, (dtype, shape, stride, *_) in enumerate(metas)]
     args = [None if n is None else _strip(bound[n]) for n in positional]
     return op, tensors, {"args": args, "kwargs": {n: _strip(bound[n]) for n in keywords}}
 

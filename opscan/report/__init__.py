@@ -40,10 +40,13 @@ class Row:
     shapes: tuple[tuple[int, ...], ...] = ()
     predicted: dict[str, Any] | None = None  # measured on MPS: the prediction it replaced ({verdict, evidence})
     measured: dict[str, Any] | None = None  # the probes' measurement (on MPS, or on cpu/cuda beside the prediction)
+    silent: dict[str, Any] | None = None  # a known silent bug decided it: the entry and the calls meeting it
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form (contract field names); `predicted`/`measured` only when probes ran."""
-        extra = {k: v for k, v in (("predicted", self.predicted), ("measured", self.measured)) if v is not None}
+        """JSON form (contract field names); `predicted`/`measured` only when probes ran, `silent` only when a
+        known silent-correctness bug decided the row (predict/silent.py)."""
+        extra = {k: v for k, v in (("predicted", self.predicted), ("measured", self.measured),
+                                   ("silent", self.silent)) if v is not None}
         return {
             "op": self.op.op,
             "overload": self.op.overload,
@@ -140,6 +143,7 @@ class RowUse:
     modules: tuple[str, ...]
     calls: int
     shapes: tuple[tuple[int, ...], ...]
+    silent: dict[str, Any] | None = None  # report/silent.py: the silent bug that decided the row, its calls
 
 
 def make_row(use: RowUse, found: Classification, source: Source = Source.PREDICTED) -> Row:
@@ -147,7 +151,7 @@ def make_row(use: RowUse, found: Classification, source: Source = Source.PREDICT
     return Row(
         op=use.op, dtypes=use.dtypes, verdict=found.verdict, source=source,
         evidence=found.evidence, remedy=found.remedy, since=found.since, cpu_op=use.cpu_op,
-        phases=use.phases, modules=use.modules, calls=use.calls, shapes=use.shapes,
+        phases=use.phases, modules=use.modules, calls=use.calls, shapes=use.shapes, silent=use.silent,
     )
 
 

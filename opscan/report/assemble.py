@@ -84,11 +84,16 @@ def graph_stage(trace, view, verdicts, rows, memory: dict[str, Any] | None = Non
 
 def collect_rows(view, verdicts) -> list[tuple[RowUse, Classification]]:
     """Group MPS-view calls by (OpKey, input dtypes) in first-seen order; the worst verdict wins."""
+    from opscan.report.silent import with_silent
+
     groups: dict[tuple, list] = {}
     for call, found in zip(view, verdicts):
         groups.setdefault((call.op, call.dtypes), []).append((call, found))
-    return [(_use(op, dtypes, [c for c, _ in group]), max((f for _, f in group), key=lambda f: f.verdict.rank))
-            for (op, dtypes), group in groups.items()]
+    out = []
+    for (op, dtypes), group in groups.items():
+        worst = max((f for _, f in group), key=lambda f: f.verdict.rank)
+        out.append(with_silent(_use(op, dtypes, [c for c, _ in group]), worst, group))
+    return out
 
 
 def _use(op, dtypes, calls) -> RowUse:
@@ -135,7 +140,7 @@ def _assumptions(torch_version: str, kb, measurement=None) -> dict[str, Any]:
         "macos_source": kb.macos_source,
         "kb_entry": kb.origin if kb.entry is None else f"{kb.origin}: releases/{kb.entry}",
         "notes": list(kb.notes) + _what_if(torch_version, kb),
-        "chip": "any Apple Silicon (M1 or newer)",
+        "chip": kb.chip or "any Apple Silicon (M1 or newer)",
         "fallback_env": "unset",
         **measured_on,
     }

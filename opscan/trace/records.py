@@ -108,7 +108,7 @@ class Group:
     `mode` "steer": the lens ran the op the way MPS does (e.g. the math path of attention), so the
     recorded calls already are what MPS dispatches; kept here for the report's notes.
     `call` (a "replace" group): the high-level call itself, as the lens saw it — its tensors' (dtype, shape,
-    stride) in argument order and its argspec — so a probe can replay the op MPS runs with the same arguments.
+    stride, storage offset, requires_grad) in argument order and its argspec — so a probe can replay the op MPS runs with the same arguments.
     """
 
     rule: str
@@ -122,4 +122,4 @@ class Group:
     module: str
     condition: str
     source: str
-    call: tuple[tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...], dict] | None = None
+    call: tuple[tuple[tuple[str, tuple[int, ...], tuple[int, ...], int, bool], ...], dict] | None = None
