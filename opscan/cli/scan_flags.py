@@ -126,7 +126,8 @@ def scan_options(args, probe, live=None):
 
     return ScanOptions(args.target, tuple(args.input), dict(parse_arg(a) for a in args.arg),
                        inference=args.inference, dtype=args.dtype, fx=not args.no_fx, fake=args.fake,
-                       auto_fake=not args.no_fake, torch_version=args.torch_version, macos=args.macos, chip=args.chip, probe=probe,
+                       auto_fake=not args.no_fake, torch_version=args.torch_version, macos=args.macos,
+                       chip=args.chip, probe=probe,
                        memory=not args.no_memory, live=live, repro=args.repro)
 
 

@@ -22,7 +22,7 @@ from opscan.knowledge.conditions import compile_when
 from opscan.opkey import OpKey, Release
 
 BUGS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "silent_bugs.yaml")
-KINDS = frozenset({"non-contiguous", "storage-offset", "channels-last", "stride", "size", "dtype", "rank",
+CONDITION_KINDS = frozenset({"non-contiguous", "storage-offset", "channels-last", "stride", "size", "dtype", "rank",
                    "cpu-meets-mps", "requires-grad", "macos", "chip"})
 CHIPS = ("M1", "M2", "M3", "M4", "M5")
 CONFIDENCE = ("high", "medium", "low")
@@ -150,9 +150,9 @@ def _entry(raw, signatures) -> SilentBug:
     fixed = None if raw["fixed_in"] == OPEN else str(raw["fixed_in"])
     _check_releases(where, first, last, fixed)
     kinds, chip = tuple(raw["kinds"]), tuple(raw["chip"] or ())
-    if not kinds or set(kinds) - KINDS or set(chip) - set(CHIPS) or raw["confidence"] not in CONFIDENCE:
-        raise ValueError(f"{where}: kinds must be among {sorted(KINDS)}, chips among {CHIPS}, confidence one of "
-                         f"{CONFIDENCE}")
+    if not kinds or set(kinds) - CONDITION_KINDS or set(chip) - set(CHIPS) or raw["confidence"] not in CONFIDENCE:
+        raise ValueError(f"{where}: kinds must be among {sorted(CONDITION_KINDS)}, chips among {CHIPS}, "
+                         f"confidence one of {CONFIDENCE}")
     for key in ("title", "workaround", "established", "source"):
         if not str(raw[key]).strip():
             raise ValueError(f"{where}: {key} is empty")

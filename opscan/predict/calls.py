@@ -46,7 +46,7 @@ def predict_call(call: MpsCall, kb: Knowledge, cache: dict) -> Classification:
     args = call_args(call) if needs_args(call.op, kb) else None
     key = (call.op, call.dtypes, call.callees, repr(note), call.cpu_op, call.rule, repr(args), silent.key(call))
     if key not in cache:
-        cache[key] = silent.judge(call, kb, _classify(call, kb, note, args))
+        cache[key] = silent.silent_verdict(call, kb, _classify(call, kb, note, args))
     return cache[key]
 
 

@@ -101,7 +101,7 @@ def _from_attr(value, inputs):
     return value
 
 
-def judge(call, kb, found: Classification) -> Classification:
+def silent_verdict(call, kb, found: Classification) -> Classification:
     """`found`, or the predicted mismatch of the first entry of kb.release whose condition the call meets (with a
     note for entries that meet it only on a chip or a macOS the scan does not assume)."""
     bugs = kb.silent.get(call.op.yaml_name) if call.op.namespace == "aten" else None
@@ -155,6 +155,25 @@ def mismatch(bug: SilentBug, call, kb) -> Classification:
     remedy = f"{bug.workaround} ({upgrade})"
     return Classification(Verdict.MISMATCH, Evidence(bug.rule, text, f"{bug.source}; opscan silent_bugs.yaml"),
                           remedy)
+
+
+def size_entry(call, release: str) -> SilentBug | None:
+    """The first entry with a size condition that affects `release` and whose condition the call meets, whatever
+    the macOS and chip (a probe runs on the Mac it runs on): measured mode probes such a call at its real size."""
+    from opscan.knowledge.silent_bugs import for_release
+    from opscan.opkey import Release
+
+    try:
+        release = Release.drop_local(release)
+        bugs = for_release(release) if release else {}
+    except ValueError:
+        return None
+    found = [b for b in bugs.get(call.op.yaml_name, ()) if b.size_condition] if call.op.namespace == "aten" else []
+    names = bind(call) if found else None
+    for bug in found if names is not None else ():
+        if evaluate_when(_Code(bug.code[call.op.yaml_name]), names, (99, 0), bug.chip[0] if bug.chip else None):
+            return bug
+    return None
 
 
 def entry_of(rule: str) -> SilentBug | None:

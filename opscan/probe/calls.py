@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from opscan.probe.groups import replay_for
 from opscan.probe.protocol import ProbeCall, TensorSpec, probe_id, signature
-from opscan.probe.shrink import cap
+from opscan.probe.shrink import cap, numel
 from opscan.trace.argspec import iter_tensors, tensor_count, unsupported
 
 LENS_RULES = frozenset({"mps-linear", "mps-max-pool2d", "mps-fused-rms-norm", "mps-sdpa", "mps-lstm"})
@@ -68,7 +68,7 @@ def plan(trace, view, device: str, max_elements: int | None = None) -> Plan:
                 unreplayable[key] = made
             else:
                 if made.id not in probes:
-                    probes[made.id] = cap(made, max_elements, has_builder) if max_elements else made
+                    probes[made.id] = _capped(made, mps_call, max_elements, has_builder, trace)
                 key = made.id
             if key not in ids:
                 ids.append(key)
@@ -77,6 +77,20 @@ def plan(trace, view, device: str, max_elements: int | None = None) -> Plan:
     capped = sum(1 for p in probes.values() if p.shrink)
     return Plan(device, tuple(probes.values()), {k: tuple(v) for k, v in rows.items()}, unreplayable, calls,
                 max_elements, capped, getattr(trace, "torch_version", ""), tuple(map(tuple, per_call)))
+
+
+def _capped(made: ProbeCall, mps_call, max_elements: int | None, has_builder, trace) -> ProbeCall:
+    """The probe with its shapes capped (shrink.cap) — unless the call meets the size condition of a known
+    silent bug of the torch that runs the probes: it runs at its real size then, and its note says so."""
+    if not max_elements:
+        return made
+    from opscan.predict.silent import size_entry
+
+    bug = size_entry(mps_call, getattr(trace, "torch_version", ""))
+    if bug is not None and max(numel(t.shape) for t in made.tensors) > max_elements:
+        return replace(made, note=f"full shapes: the call meets the size condition of known MPS silent bug "
+                                  f"{bug.rule} ({bug.title}), so the element cap is lifted for it")
+    return cap(made, max_elements, has_builder)
 
 
 def from_call(call) -> ProbeCall | str:
@@ -94,7 +108,8 @@ def from_call(call) -> ProbeCall | str:
     except (TypeError, ValueError) as exc:
         return f"{call.op.display}: an argument is not plain data ({exc})"
     values = {ref["t"]: ref.get("v") for ref in iter_tensors(spec)}
-    tensors = [TensorSpec(m.dtype, m.shape, m.stride, values.get(i)) for i, m in enumerate(call.inputs)]
+    tensors = [TensorSpec(m.dtype, m.shape, m.stride, values.get(i), max(m.offset, 0), m.host)
+               for i, m in enumerate(call.inputs)]
     return make(call.op.display, tensors, _strip_values(spec))
 
 

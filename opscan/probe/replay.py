@@ -70,7 +70,7 @@ def build(call: ProbeCall, func) -> list[torch.Tensor]:
     generator = torch.Generator().manual_seed(call.seed)
     tensors, missing = [], set()
     for i, spec in enumerate(call.tensors):
-        tensor, needs_values = initial(spec.dtype, spec.shape, spec.stride, spec.values, generator)
+        tensor, needs_values = initial(spec.dtype, spec.shape, spec.stride, spec.values, generator, spec.offset)
         tensors.append(tensor)
         if needs_values:
             missing.add(i)
@@ -109,7 +109,8 @@ def _argument_of(func, spec: dict, i: int) -> str | None:
 
 def materialize(call: ProbeCall, tensors, device: str, wide: bool):
     """(args, kwargs) for one run: tensors copied to `device` (float64/complex128 when `wide`)."""
-    return materialize_args(tensors, [t.dtype for t in call.tensors], call.spec, call.seed, device, wide)
+    hosts = {i for i, t in enumerate(call.tensors) if t.host}
+    return materialize_args(tensors, [t.dtype for t in call.tensors], call.spec, call.seed, device, wide, hosts)
 
 
 def _named_args(func, spec: dict) -> dict:

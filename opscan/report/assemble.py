@@ -34,7 +34,7 @@ def build_report(prepared, model: str, predicted: list, memory, measurement) -> 
                  for use, found in collect_rows(view, predicted))
     verdicts, source = [v.verdict for v in predicted], Source.PREDICTED
     if measurement is not None:
-        rows = measured_rows(rows, measurement.rows, measurement.stands_for_mps)
+        rows = measured_rows(rows, measurement.rows, measurement.stands_for_mps, _platform(measurement))
         if measurement.stands_for_mps:
             verdicts, source = list(measurement.call_verdicts), Source.MEASURED
     summary = trace_summary(trace)
@@ -50,6 +50,13 @@ def build_report(prepared, model: str, predicted: list, memory, measurement) -> 
         measurement=None if measurement is None else {**measurement.section, "disagreements": disagreements(rows)},
         **graph_stage(trace, view, verdicts, rows, memory, source, prepared.graphs),
     )
+
+
+def _platform(measurement) -> str | None:
+    """"macOS 15.2, Apple M2 Pro" from the probes' environment record (None off a Mac)."""
+    env = (measurement.section.get("environment") or {}).get("off") or {}
+    parts = [f"macOS {env['macos']}" if env.get("macos") else None, env.get("chip")]
+    return ", ".join(p for p in parts if p) or None
 
 
 def _mode(measurement) -> str:

@@ -128,13 +128,15 @@ def resolve(op):
 def build(case):
     """The call's CPU tensors, as the probe worker built them: seeded floats, recorded or inlined values."""
     generator = torch.Generator().manual_seed(case["seed"])
-    return [initial(t["dtype"], t["shape"], t["stride"], t.get("values"), generator)[0] for t in case["tensors"]]
+    return [initial(t["dtype"], t["shape"], t["stride"], t.get("values"), generator, t.get("offset", 0))[0]
+            for t in case["tensors"]]
 
 
 def materialize(case, tensors, device, wide):
     """(args, kwargs): each tensor's storage copied to `device` (widened to float64 when `wide`)."""
     dtypes = [t["dtype"] for t in case["tensors"]]
-    return materialize_args(tensors, dtypes, case["spec"], case["seed"], device, wide)
+    hosts = {i for i, t in enumerate(case["tensors"]) if t.get("host")}
+    return materialize_args(tensors, dtypes, case["spec"], case["seed"], device, wide, hosts)
 
 
 def describe(spec):

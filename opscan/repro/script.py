@@ -106,7 +106,8 @@ def case_of(call: dict, device: str) -> dict:
         if str(i) in inline:
             values = _unpacked(inline[str(i)])
         tensors.append({"dtype": spec["dtype"], "shape": list(spec["shape"]), "stride": list(spec["stride"]),
-                        "values": _compact(values, spec["dtype"])})
+                        "values": _compact(values, spec["dtype"]), "offset": int(spec.get("offset", 0)),
+                        "host": bool(spec.get("host", False))})
     return {"op": probe["op"], "device": device, "seed": probe["seed"], "tensors": tensors, "spec": probe["spec"]}
 
 

@@ -4,7 +4,7 @@ At the dispatcher `torch.linspace(0, 1, 5)` and `torch.linspace(0, 1, 5, device=
 in a CPU trace, but on a Mac only the second lands on MPS. `HostFactories` (a TorchFunctionMode entered around
 the traced step) sees the Python call: a factory called without `device=` (and no default device set) makes a
 tensor that stays on the CPU while the step runs on MPS, and its storage is marked so in the trace's
-Placement (trace/tensors.py). That is what lets a condition see a CPU tensor meet an MPS tensor in one call
+StoragePlaces (trace/tensors.py). That is what lets a condition see a CPU tensor meet an MPS tensor in one call
 (a scheduler's `sigmas[i]` multiplying an MPS latent).
 """
 
@@ -26,7 +26,7 @@ class HostFactories(TorchFunctionMode):
 
     def __init__(self, storages):
         super().__init__()
-        self.storages = storages  # the recorder's StorageIds (its Placement)
+        self.storages = storages  # the recorder's StorageIds (its StoragePlaces)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -67,7 +67,7 @@ class CallRecorder(TorchDispatchMode):
 
     def index_placement(self, model: torch.nn.Module, inputs) -> None:
         """Tell the trace which tensors the step is given — parameters, buffers, inputs: those a user moves to
-        MPS — so it can tell the tensors that stay on the host (trace/tensors.py Placement)."""
+        MPS — so it can tell the tensors that stay on the host (trace/tensors.py StoragePlaces)."""
         for t in (*model.parameters(), *model.buffers(), *tensors_in(inputs)):
             offset = t.storage_offset()
             self.storages.placement.give(self.storages.of(t), offset if type(offset) is int else 0)

@@ -26,7 +26,7 @@ class TensorMeta:
     # is copied to MPS by `.to("mps")`, which starts it at offset 0, so offsets are counted from where it starts
     offset: int = 0
     requires_grad: bool = False
-    host: bool = False  # stays on the CPU while the step runs on MPS (trace/tensors.py Placement)
+    host: bool = False  # stays on the CPU while the step runs on MPS (trace/tensors.py StoragePlaces)
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -108,7 +108,8 @@ class Group:
     `mode` "steer": the lens ran the op the way MPS does (e.g. the math path of attention), so the
     recorded calls already are what MPS dispatches; kept here for the report's notes.
     `call` (a "replace" group): the high-level call itself, as the lens saw it — its tensors' (dtype, shape,
-    stride, storage offset, requires_grad) in argument order and its argspec — so a probe can replay the op MPS runs with the same arguments.
+    stride, storage offset, requires_grad) in argument order and its argspec — so a probe can replay the op MPS
+    runs with the same arguments.
     """
 
     rule: str

@@ -26,13 +26,13 @@ _EXPIRED = torch.UntypedStorage._expired  # (StorageWeakRef.expired, without its
 class StorageIds:
     """Small integers for storages; a freed storage's number is never reused. Also interns the TensorMetas
     `describe` makes (equal metadata, one object: fewer objects for the collector to walk), and holds the
-    step's `Placement` (which storages stay on the host while the step runs on MPS)."""
+    step's `StoragePlaces` (which storages stay on the host while the step runs on MPS)."""
 
     def __init__(self):
         self._live: dict[int, tuple[int, StorageWeakRef]] = {}
         self._next = 0
         self.metas: dict[tuple, TensorMeta] = {}
-        self.placement = Placement()
+        self.placement = StoragePlaces()
 
     def of(self, tensor: torch.Tensor) -> int:
         """The id of `tensor`'s storage (-1 for tensors without one)."""
@@ -49,7 +49,7 @@ class StorageIds:
         return self._next
 
 
-class Placement:
+class StoragePlaces:
     """Where the storages of a step live when it runs on MPS, told apart in a CPU trace.
 
     The step's own tensors — parameters, buffers and inputs (`given`) — are the ones a user moves to MPS with
@@ -94,7 +94,7 @@ class Placement:
 
 def describe(t: torch.Tensor, storages: StorageIds, made_on_host: bool | None = None) -> TensorMeta:
     """dtype, shape, stride, device, storage id, bytes, storage offset (from where a given tensor starts),
-    requires_grad and whether it stays on the host (Placement) of one tensor: an argument the op reads
+    requires_grad and whether it stays on the host (StoragePlaces) of one tensor: an argument the op reads
     (`made_on_host` None) or a result of an op whose tensor arguments were all on the host (True) or not (False)."""
     dtype = t.dtype
     known = _DTYPES.get(dtype)
