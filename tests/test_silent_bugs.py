@@ -15,7 +15,6 @@ from opscan.knowledge import load_knowledge
 from opscan.knowledge.silent_bugs import BUGS_PATH, for_release, load_bugs, parse_bugs
 from opscan.mps_view import MpsCall
 from opscan.opkey import OpKey
-from opscan.predict.calls import predict_call
 from opscan.predict.silent import silent_verdict
 from opscan.scan import ScanOptions, scan
 from opscan.trace.records import TensorMeta
