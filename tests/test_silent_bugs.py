@@ -260,3 +260,19 @@ def test_a_bmm_over_2_to_the_32_elements_is_flagged_through_fake_tensors_in_ever
     row = _rule(report, "aten::bmm")
     assert row.evidence.rule == "silent-bug-197636" and "open" in row.remedy and row.since is None
     assert report.to_dict()["ops"][report.rows.index(row)]["silent"]["fixed_in"] == "open"
+
+
+def test_the_triage_accounts_for_every_report_and_the_doc_is_current():
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    triage = yaml.safe_load(open(os.path.join(root, "tools", "silent", "triage.yaml"), encoding="utf-8"))["records"]
+    assert len(triage) == 194
+    ids = {b.id for b in load_bugs()[1]}
+    assert {r["entry"] for r in triage if r["outcome"] == "entry"} == ids
+    assert all(r.get("reason") for r in triage if r["outcome"] != "entry")
+    readme = open(os.path.join(root, "README.md"), encoding="utf-8").read()
+    assert f"Known silent-correctness bugs: {len(ids)} entries" in readme and f"{len(triage)} reports" in readme
+    tool = os.path.join(root, "tools", "silent_bugs_doc.py")
+    assert subprocess.run([sys.executable, tool, "--check"], cwd=root).returncode == 0
