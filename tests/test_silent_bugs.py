@@ -224,7 +224,14 @@ def test_batch_norm_on_a_slice_of_resnet_stem_is_flagged_at_2_4_and_clean_at_2_5
 
 
 def test_linear_with_a_sliced_weight_is_flagged_at_2_8_only():
+    import json
+
+    import jsonschema
+
     report = _scan("sliced_weight", "2.8.0")
+    schema = json.load(open(os.path.join(os.path.dirname(TARGETS), "..", "..", "opscan", "schema",
+                                         "report-v2.json"), encoding="utf-8"))
+    jsonschema.Draft202012Validator(schema).validate(json.loads(json.dumps(report.to_dict())))
     row = _rule(report, "aten::linear")
     assert row.evidence.rule == "silent-bug-161640" and report.lane.name.value == "linux-gpu-first"
     assert report.upgrade["target"] is not None and report.upgrade["first_native"] == "2.9.0"
