@@ -29,6 +29,7 @@ class ScanOptions:
     auto_fake: bool = True  # ... or switch to them when a meta pre-pass says the step would not fit in RAM
     torch_version: str | None = None  # predict for this release (default: the installed one)
     macos: str | None = None  # assume this macOS (default: the release's minimum)
+    chip: str | None = None  # assume this chip family, "M1".."M5" (default: any; chip-limited silent bugs are notes)
     probe: Any = None  # opscan.probe.stage.ProbeOptions: measure every distinct call (measured mode)
     memory: bool = True  # estimate the step's memory and size it for Macs (opscan/memory)
     live: Any = None  # opscan.memory.live.LiveOptions: --memory, a few real iterations on a device
@@ -58,7 +59,8 @@ def prepare(options: ScanOptions, ctx=None) -> Prepared:
     from opscan.target.inputs import parse_input
     from opscan.target.load import load_target
 
-    kb = load_knowledge(yaml_path=options.yaml_path, release=options.torch_version, macos=options.macos)
+    kb = load_knowledge(yaml_path=options.yaml_path, release=options.torch_version, macos=options.macos,
+                        chip=options.chip)
     inputs = [parse_input(t) for t in options.inputs]
     target = load_target(options.target, options.args, inputs, _fake_choice(options), ctx)
     trace, tracker = _trace(target, options, kb, ctx, options.memory)

@@ -23,10 +23,11 @@ def _run(args: argparse.Namespace, ctx: RunContext) -> int:
         parse_input(text)  # reject malformed --input before any slow import
     for text in args.arg:
         parse_arg(text)  # ... and malformed --arg
-    if args.torch_version or args.macos:
+    if args.torch_version or args.macos or args.chip:
         from opscan.knowledge import load_knowledge
 
-        load_knowledge(release=args.torch_version, macos=args.macos)  # an unknown release fails before tracing
+        # an unknown release, macOS or chip fails before tracing
+        load_knowledge(release=args.torch_version, macos=args.macos, chip=args.chip)
     baseline = _baseline(args.baseline)
     check_output_dir(ctx, args)  # another target's folder: refused now
     quiet_torch_logs(ctx, args.verbose)

@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     env_flag(p, "--macos", env="OPSCAN_MACOS", metavar="V",
              help="assume this macOS version for macOS-gated facts (default: the release's minimum; "
                   "env OPSCAN_MACOS)")
+    env_flag(p, "--chip", env="OPSCAN_CHIP", metavar="M",
+             help="assume this Apple chip family (M1 … M5) for silent-bug entries limited to some chips (default: "
+                  "any Apple Silicon: such entries are notes; env OPSCAN_CHIP)")
     env_flag(p, "--step-timeout", env="OPSCAN_STEP_TIMEOUT", default=DEFAULT_STEP_TIMEOUT, type=seconds,
              metavar="S", help="stop the target's code when one stage of it (import, factory, the traced step, a "
                                "memory run) runs longer than S seconds: exit 2 saying where it was (default "
@@ -123,7 +126,8 @@ def scan_options(args, probe, live=None):
 
     return ScanOptions(args.target, tuple(args.input), dict(parse_arg(a) for a in args.arg),
                        inference=args.inference, dtype=args.dtype, fx=not args.no_fx, fake=args.fake,
-                       auto_fake=not args.no_fake, torch_version=args.torch_version, macos=args.macos, probe=probe,
+                       auto_fake=not args.no_fake, torch_version=args.torch_version, macos=args.macos,
+                       chip=args.chip, probe=probe,
                        memory=not args.no_memory, live=live, repro=args.repro)
 
 

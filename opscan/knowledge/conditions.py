@@ -1,8 +1,15 @@
 """Knowledge stage: the small expression language of kernel_rules.yaml's `when` conditions, and its evaluator.
 
 A condition is read over named values: a tensor argument is a `TensorArg` with `.dtype` ("float16"), `.shape`
-(a tuple), `.dim` and `.numel`; a tensor list is a list of those; other arguments are their values (ints,
-floats, bools, strings, lists, None); `macos` is the assumed macOS version as a tuple, e.g. (14, 0). Python's
+(a tuple), `.dim` and `.numel`, and where the trace recorded them `.stride` (a tuple of element strides),
+`.storage_offset`, `.device` ("mps", or "cpu" for a tensor that stays on the host while the step runs on MPS),
+`.requires_grad`, `.itemsize` (bytes per element) and the derived `.is_contiguous`, `.is_channels_last_contiguous`
+(channels_last / channels_last_3d by rank), `.looks_channels_last` (strides that suggest channels_last, exact or
+not: `suggest_memory_format`), `.max_elem_offset` (the largest element index the view reaches in its storage);
+a tensor list is a list of those; other arguments are their values (ints, floats, bools, strings, lists, None);
+`macos` is the assumed macOS version as a tuple, e.g. (14, 0); `result` is the tensor the op writes (the `out=`
+tensor, `self` of an in-place op, else its first output) and `chip` the chip family the user named (`--chip`,
+"M1".."M5"; a condition that reads `chip` is undecided without one). Python's
 `and`, `or`, `not`, comparisons, `in`, subscripts, tuples, lists, numbers, strings, arithmetic, `len()`, and
 `any()` / `all()` over a generator are allowed; nothing else is (`compile_when` raises ValueError).
 
@@ -21,7 +28,11 @@ _NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast
           ast.Load, ast.Attribute, ast.Subscript, ast.Constant, ast.Tuple, ast.List, ast.Call,
           ast.GeneratorExp, ast.comprehension, ast.Store, ast.BinOp, ast.Mult, ast.Add, ast.Sub, ast.Mod,
           ast.Pow)
-_ATTRS = ("dtype", "shape", "dim", "numel")
+_ATTRS = ("dtype", "shape", "dim", "numel", "stride", "storage_offset", "device", "requires_grad", "itemsize",
+          "is_contiguous", "is_channels_last_contiguous", "looks_channels_last", "max_elem_offset")
+_ITEMSIZE = {"bool": 1, "uint8": 1, "int8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "int16": 2, "uint16": 2,
+             "float16": 2, "bfloat16": 2, "int32": 4, "uint32": 4, "float32": 4, "complex32": 4, "int64": 8,
+             "uint64": 8, "float64": 8, "complex64": 8, "complex128": 16}
 _CALLS = ("len", "any", "all")
 
 
@@ -31,6 +42,10 @@ class TensorArg:
 
     dtype: str
     shape: tuple[int, ...]
+    stride: tuple[int, ...] | None = None  # None: not recorded (a condition reading it is undecided)
+    storage_offset: int | None = None
+    device: str | None = None  # "mps" | "cpu" (stays on the host on a Mac)
+    requires_grad: bool | None = None
 
     @property
     def dim(self) -> int:
@@ -45,16 +60,76 @@ class TensorArg:
             n *= d
         return n
 
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return _ITEMSIZE[self.dtype]
+
+    def _strides(self) -> tuple[int, ...]:
+        if self.stride is None or any(s < 0 for s in self.stride) or any(d < 0 for d in self.shape):
+            raise _Unknown("strides not recorded, or known only at run time")
+        return self.stride
+
+    @property
+    def is_contiguous(self) -> bool:
+        """`t.is_contiguous()`: dense row-major (sizes of 1 and empty tensors ignore their stride)."""
+        return _dense_in(self.shape, self._strides(), range(len(self.shape) - 1, -1, -1))
+
+    @property
+    def is_channels_last_contiguous(self) -> bool:
+        """`t.is_contiguous(memory_format=channels_last)` (rank 4) or channels_last_3d (rank 5)."""
+        n = len(self.shape)
+        if n not in (4, 5):
+            return False
+        return _dense_in(self.shape, self._strides(), (1, *range(n - 1, 1, -1), 0))
+
+    @property
+    def looks_channels_last(self) -> bool:
+        """`t.suggest_memory_format() == channels_last(_3d)` (c10's is_channels_last_strides_2d/3d): the strides
+        order the channels innermost, then the spatial dimensions, then the batch — inexact, so a channel slice of
+        an NHWC tensor looks channels_last too."""
+        n, stride = len(self.shape), self._strides()
+        if n not in (4, 5) or stride[1] == 0:
+            return False
+        low = 0
+        for d in (1, *range(n - 1, 1, -1), 0):
+            if self.shape[d] == 0 or stride[d] < low or (d == 0 and low == stride[1]):
+                return False
+            low = stride[d] * (self.shape[d] if self.shape[d] > 1 else 1)
+        return True
+
+    @property
+    def max_elem_offset(self) -> int:
+        """storage_offset + sum((size - 1) * stride): the largest element index the view reaches."""
+        if self.storage_offset is None:
+            raise _Unknown("storage offset not recorded")
+        return self.storage_offset + sum((d - 1) * s for d, s in zip(self.shape, self._strides()) if d > 0)
+
+
+def _dense_in(shape, stride, order) -> bool:
+    """Whether (shape, stride) is dense with dimensions laid out innermost-first in `order`."""
+    if any(d == 0 for d in shape):
+        return True
+    expected = 1
+    for d in order:
+        if shape[d] == 1:
+            continue
+        if stride[d] != expected:
+            return False
+        expected *= shape[d]
+    return True
+
 
 class _Unknown(Exception):
     """The call lacks what the condition reads."""
 
 
-def evaluate_when(rule, args: Mapping[str, object] | None, macos: tuple[int, int]) -> bool | None:
+def evaluate_when(rule, args: Mapping[str, object] | None, macos: tuple[int, int],
+                  chip: str | None = None) -> bool | None:
     """Whether `rule`'s compiled condition (`rule.code`) holds for a call with `args` (None: not decidable)."""
     if args is None:
         return None
-    names = {**args, "macos": macos}
+    names = {**args, "macos": macos, "chip": chip}
     try:
         return bool(_eval(rule.code.body, names))
     except (_Unknown, IndexError, KeyError, TypeError, AttributeError):
@@ -70,16 +145,21 @@ def _eval(node, names):
 
 
 def _name(node: ast.Name, names):
-    if node.id not in names:
+    if node.id not in names or (node.id == "chip" and names["chip"] is None):
         raise _Unknown(node.id)  # an argument the call did not record
     return names[node.id]
 
 
 def _attribute(node: ast.Attribute, names):
     value = getattr(_eval(node.value, names), node.attr)
+    if value is None and node.attr in _RECORDED:
+        raise _Unknown(f"{node.attr} not recorded")  # a call traced before the trace recorded it
     if node.attr == "shape" and any(d < 0 for d in value):
         raise _Unknown("a size known only at run time")
     return value
+
+
+_RECORDED = frozenset({"stride", "storage_offset", "device", "requires_grad"})
 
 
 def _boolop(node: ast.BoolOp, names):

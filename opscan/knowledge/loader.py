@@ -11,7 +11,8 @@
 * facts.yaml: the always-CPU list, error stubs, minimum macOS and the distributed rule, per release
   series (facts.py);
 * torchvision.yaml (facts.py), opinfo_map.txt (opinfo.py), and the MPS kernels' runtime checks
-  (kernel_checks.txt, kernel_checks.py) with the ones opscan decides (kernel_rules.yaml, kernel_rules.py).
+  (kernel_checks.txt, kernel_checks.py) with the ones opscan decides (kernel_rules.yaml, kernel_rules.py);
+* the known silent-correctness bugs that affect the release (silent_bugs.yaml, silent_bugs.py).
 
 `release` defaults to the installed torch; `macos` (e.g. "15.0") to the release's minimum. Every
 choice that is not plain is said in `notes` (the report's assumptions carry them).
@@ -45,6 +46,8 @@ from opscan.knowledge.facts import (
 )
 from opscan.knowledge.opinfo import MAP_PATH, OpinfoMap, load_opinfo_map
 from opscan.knowledge.optable import OpTable
+from opscan.knowledge.silent_bugs import BUGS_PATH, CHIPS
+from opscan.knowledge.silent_bugs import for_release as silent_for
 from opscan.knowledge.sources import yaml_records
 from opscan.opkey import OpKey, Release
 
@@ -73,6 +76,8 @@ class Knowledge:
     notes: tuple[str, ...] = ()
     opinfo: OpinfoMap | None = field(default=None, repr=False)
     limits: Limits | None = field(default=None, repr=False)  # runtime checks of the MPS kernels (kernel_rules.py)
+    chip: str | None = None  # the chip family the user named (--chip): "M1" .. "M5"; None: any Apple Silicon
+    silent: Mapping = field(default_factory=dict, repr=False)  # op -> silent bugs of this release (silent_bugs.py)
 
     @property
     def yaml_source(self) -> str:
@@ -111,18 +116,19 @@ def kb_releases() -> tuple[str, ...]:
 
 
 def load_knowledge(yaml_path: str | None = None, release: str | None = None,
-                   macos: str | None = None) -> Knowledge:
+                   macos: str | None = None, chip: str | None = None) -> Knowledge:
     """Build the knowledge base for `release` (default: the installed torch) at `macos` (default: its
-    minimum). Cached: equal arguments return the same object. Raises KnowledgeError when the release
-    is unknown, a file is missing or the macOS version is malformed."""
+    minimum) on `chip` (a family, "M1".."M5"; default: any). Cached: equal arguments return the same object.
+    Raises KnowledgeError when the release is unknown, a file is missing or the macOS version or chip is
+    malformed."""
     import os
 
     return _load(os.path.abspath(yaml_path) if yaml_path else None,
-                 Release.drop_local(release) if release else None, str(macos) if macos else None)
+                 Release.drop_local(release) if release else None, str(macos) if macos else None, chip or None)
 
 
 @functools.lru_cache(maxsize=64)
-def _load(yaml_path: str | None, release: str | None, macos: str | None) -> Knowledge:
+def _load(yaml_path: str | None, release: str | None, macos: str | None, chip: str | None = None) -> Knowledge:
     """load_knowledge's cached body (arguments normalised)."""
     installed = installed_release()
     release = release or installed
@@ -142,8 +148,21 @@ def _load(yaml_path: str | None, release: str | None, macos: str | None) -> Know
         installed_release=installed, kb_version=_version(table, yaml_release, all_facts, entry),
         origin="custom" if yaml_path else origin, entry=entry, macos=assumed, macos_source=macos_source,
         notes=tuple(notes + fact_notes + (["overloads from a given native_functions.yaml"] if yaml_path else [])),
-        opinfo=load_opinfo_map(), limits=release_limits(release),
+        opinfo=load_opinfo_map(), limits=release_limits(release), chip=_chip(chip),
+        silent=silent_for(release),
     )
+
+
+def _chip(chip: str | None) -> str | None:
+    """The chip family named ("M2", "m2", "Apple M2 Max" -> "M2"), checked (KnowledgeError for anything else)."""
+    if chip is None:
+        return None
+    import re
+
+    found = re.search(r"\bM(\d+)\b", chip.upper())
+    if found is None or f"M{found.group(1)}" not in CHIPS:
+        raise KnowledgeError(f"unknown chip family {chip!r}: give one of {', '.join(CHIPS)}")
+    return f"M{found.group(1)}"
 
 
 def _check_release(release: str) -> None:
@@ -235,7 +254,7 @@ def _macos(facts: ReleaseFacts, macos: str | None) -> tuple[Macos, str]:
 def _version(table: OpTable, yaml_release: str | None, all_facts: Facts, entry: str | None) -> str:
     """kb_version: the yaml digest, the facts count and a digest of every shipped data file."""
     h = hashlib.sha256()
-    for path in (FACTS_PATH, TORCHVISION_PATH, MAP_PATH, CHECKS_PATH, RULES_PATH):
+    for path in (FACTS_PATH, TORCHVISION_PATH, MAP_PATH, CHECKS_PATH, RULES_PATH, BUGS_PATH):
         try:
             with open(path, "rb") as fh:
                 h.update(fh.read())

@@ -1,12 +1,14 @@
 """Predict stage: verdicts for the MPS view's calls, from the knowledge base.
 
 Wraps `predict.rules.predict_op` with what the view knows and the classifier doesn't: a composite's
-recorded callees, metadata-only views, and the shapes the kernel checks need. One verdict per call;
-a report row takes the worst of its calls.
+recorded callees, metadata-only views, the shapes the kernel checks need, and the known silent-correctness
+bugs a call's arguments meet (predict/silent.py: a predicted `mismatch`). One verdict per call; a report row
+takes the worst of its calls.
 """
 
 from __future__ import annotations
 
+from opscan.predict import silent
 from opscan.predict.runtime_checks import call_args, needs_args, note_from_shapes
 from opscan.predict.dtype_rules import NO_MPS_DTYPES
 from opscan.predict.rules import predict_op
@@ -42,9 +44,9 @@ def predict_call(call: MpsCall, kb: Knowledge, cache: dict) -> Classification:
     if note and any(d < 0 for dims in note.values() for d in dims):
         note = None  # a size that depends on values (-1 under fake tensors): no shape rule can judge it
     args = call_args(call) if needs_args(call.op, kb) else None
-    key = (call.op, call.dtypes, call.callees, repr(note), call.cpu_op, call.rule, repr(args))
+    key = (call.op, call.dtypes, call.callees, repr(note), call.cpu_op, call.rule, repr(args), silent.key(call))
     if key not in cache:
-        cache[key] = _classify(call, kb, note, args)
+        cache[key] = silent.silent_verdict(call, kb, _classify(call, kb, note, args))
     return cache[key]
 
 

@@ -65,6 +65,7 @@ class Coverage:
     origin: str
     notes: tuple[str, ...]
     rows: tuple[CoverageRow, ...]
+    silent: tuple[dict, ...] | None = None  # with --op: the known silent bugs of the matching ops, per release
 
     def summary(self) -> dict:
         """Row counts per kernel and per status."""
@@ -75,7 +76,8 @@ class Coverage:
         """JSON form: the release, its assumptions, the summary and the rows under "ops"."""
         return {"release": self.release, "macos": self.macos, "macos_source": self.macos_source,
                 "kb_version": self.kb_version, "origin": self.origin, "notes": list(self.notes),
-                "summary": self.summary(), "ops": [r.to_dict() for r in self.rows]}
+                "summary": self.summary(), "ops": [r.to_dict() for r in self.rows],
+                **({"silent_bugs": list(self.silent)} if self.silent is not None else {})}
 
 
 def kernel_of(op: OpKey, kb: Knowledge) -> str:
@@ -145,16 +147,37 @@ def select(cov: Coverage, statuses: Iterable[str] = (), kernels: Iterable[str] =
 
     statuses, kernels = set(statuses), set(kernels)
 
+    def named(op: OpKey) -> bool:
+        """Whether the op's name matches the pattern."""
+        glob = pattern is not None and any(c in pattern for c in "*?[")
+        return pattern is None or (fnmatchcase(op.display, pattern) or fnmatchcase(op.yaml_name, pattern) if glob
+                                   else pattern in op.display)
+
     def keep(row: CoverageRow) -> bool:
         """Whether the row passes every filter."""
-        name = row.op.display
-        glob = pattern is not None and any(c in pattern for c in "*?[")
-        named = pattern is None or (fnmatchcase(name, pattern) or fnmatchcase(row.op.yaml_name, pattern) if glob
-                                    else pattern in name)
-        return named and (not statuses or row.status.value in statuses) and (not kernels or row.kernel in kernels)
+        return named(row.op) and (not statuses or row.status.value in statuses) and (not kernels or
+                                                                                    row.kernel in kernels)
 
     rows = tuple(r for r in cov.rows if keep(r))
-    return Coverage(cov.release, cov.macos, cov.macos_source, cov.kb_version, cov.origin, cov.notes, rows)
+    silent = None if pattern is None else silent_listing(named)
+    return Coverage(cov.release, cov.macos, cov.macos_source, cov.kb_version, cov.origin, cov.notes, rows, silent)
+
+
+def silent_listing(named) -> tuple[dict, ...]:
+    """The known silent bugs (knowledge/silent_bugs.yaml) of the ops `named(op)` accepts, each with the covered
+    releases it affects (`opscan coverage --op`)."""
+    from opscan.knowledge import kb_releases
+    from opscan.knowledge.silent_bugs import load_bugs
+
+    out = []
+    for bug in load_bugs()[1]:
+        ops = [op for op in bug.ops if named(OpKey.from_yaml(op))]
+        if ops:
+            out.append({"id": bug.id, "rule": bug.rule, "title": bug.title, "ops": ops, "issues": list(bug.issues),
+                        "releases": [r for r in kb_releases() if bug.affects(r)], "fixed_in": bug.fixed,
+                        "macos": bug.macos_text, "chip": list(bug.chip) or None, "confidence": bug.confidence,
+                        "workaround": bug.workaround})
+    return tuple(out)
 
 
 def diff(old: Coverage, new: Coverage) -> dict:
@@ -194,6 +217,12 @@ def table(cov: Coverage) -> str:
     for r in cov.rows:
         lines.append(f"{r.op.display:<{width}}  {r.kernel:<12}  {r.status.value:<17}  "
                      f"{r.since or '-':<7}  {r.limits_cell:<6}  {r.evidence.rule}")
+    if cov.silent is not None:
+        lines.append(f"known silent-correctness bugs of these ops: {len(cov.silent)}")
+        for b in cov.silent:
+            where = ", ".join(p for p in (b["macos"], b["chip"] and "/".join(b["chip"]) + " chips") if p)
+            lines.append(f"  {b['rule']}  {', '.join(b['ops'])}  releases {' '.join(b['releases'])}  fixed "
+                         f"{b['fixed_in']}{f'  ({where})' if where else ''}  #{b['issues'][0]}: {b['title']}")
     return "\n".join(lines) + "\n"
 
 

@@ -61,20 +61,30 @@ def release_groups() -> tuple[ReleaseGroup, ...]:
 
 
 def native_by_release(rows: dict[OpDtypes, list], classify: Callable[[object, Knowledge], Classification],
-          macos: str | None) -> dict[str, dict[OpDtypes, bool]]:
+          macos: str | None, chip: str | None = None) -> dict[str, dict[OpDtypes, bool]]:
     """For each group's first release: row -> every distinct call native. `rows` holds distinct calls."""
     out = {}
     for group in release_groups():
-        kb = load_knowledge(release=group.first, macos=macos)
+        kb = load_knowledge(release=group.first, macos=macos, chip=chip)
         out[group.first] = {key: all(classify(call, kb).verdict == Verdict.NATIVE for call in calls)
                             for key, calls in rows.items()}
     return out
 
 
 def since_of(native: dict[str, dict[OpDtypes, bool]]) -> dict[OpDtypes, str | None]:
-    """Row -> the first release where it is native (None: never)."""
+    """Row -> the first release from which it is native in every later release (None: not native in the newest).
+    A row that was native and regressed (a silent bug, predict/silent.py) is native since the release that fixed it."""
     keys = next(iter(native.values()), {}).keys()
-    return {key: next((r for r, rows in native.items() if rows[key]), None) for key in keys}
+    releases = list(native)
+    out = {}
+    for key in keys:
+        since = None
+        for r in reversed(releases):
+            if not native[r][key]:
+                break
+            since = r
+        out[key] = since
+    return out
 
 
 def advise(release: str, native: dict[str, dict[OpDtypes, bool]], current_native: bool,
@@ -121,7 +131,7 @@ def history(rows: dict[OpDtypes, Sequence], classify: Callable[[object, Knowledg
     row's verdict for kb.release. An explicit --macos (kb.macos_source) is kept for every release.
     Rows of aten ops kb's release does not declare are set aside from the advice (module docstring)."""
     macos = ".".join(map(str, kb.macos)) if kb.macos_source == "--macos" else None
-    native = native_by_release(rows, classify, macos)
+    native = native_by_release(rows, classify, macos, kb.chip)
     foreign = frozenset(k for k in rows if k[0].namespace == "aten" and not kb.yaml.has(k[0])
                         and k[0] not in kb.facts.earlier_paths)
     current_native = all(v == Verdict.NATIVE for k, v in current.items() if k not in foreign)

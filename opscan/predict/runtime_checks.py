@@ -61,7 +61,7 @@ def call_args(call) -> CallArgs | None:
     group_call = getattr(call, "call", None)
     if group_call is not None:
         metas, spec = group_call
-        tensors = [TensorArg(dtype, tuple(shape)) for dtype, shape, _ in metas]
+        tensors = [TensorArg(dtype, tuple(shape)) for dtype, shape, *_ in metas]
         values = tuple(_from_spec(v, tensors) for v in spec.get("args", ()))
         return CallArgs(call.op.name, values + tuple(_from_spec(v, tensors) for v in spec.get("kwargs", {}).values()))
     tensors = iter(TensorArg(t.dtype, tuple(t.shape)) for t in call.inputs)

@@ -149,6 +149,7 @@ def environment_record(backend: str, device: str) -> dict:
         "machine": platform.machine(),
         "macos": mac,
         "chip": _chip() if mac else None,
+        "virtual_machine": virtual_machine(_sysctl) if mac else None,
         "mps_built": bool(torch.backends.mps.is_built()),
         "mps_available": bool(torch.backends.mps.is_available()),
         "fallback_env": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK", "unset"),
@@ -157,8 +158,32 @@ def environment_record(backend: str, device: str) -> dict:
 
 
 def _chip() -> str | None:
+    return _sysctl("machdep.cpu.brand_string")
+
+
+def _sysctl(name: str) -> str | None:
+    """`sysctl -n NAME`, or None when it cannot be read."""
     try:
-        out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5)
+        out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
+
+
+def virtual_machine(sysctl) -> dict | None:
+    """Whether this Mac is a virtual machine (GitHub's hosted macOS runners, UTM, Parallels, Tart, Anka ...),
+    from what macOS itself says (`sysctl(name)` reads one value): `kern.hv_vmm_present` is 1 in a guest of
+    Apple's Hypervisor framework, `hw.model` is "VirtualMac…" under Virtualization.framework, and the CPU brand
+    string of a guest may say "Virtual". None when no signal says so; else {"detected": True, "signals": [...]}.
+    MPS in such a guest is a paravirtualised GPU: it reports MPS available, then fails or differs from Apple
+    Silicon, so its measurements never stand for MPS (probe/stage.py measured_on)."""
+    signals = []
+    if (sysctl("kern.hv_vmm_present") or "").strip() == "1":
+        signals.append("kern.hv_vmm_present=1")
+    model = sysctl("hw.model") or ""
+    if "virtual" in model.lower():
+        signals.append(f"hw.model={model}")
+    brand = sysctl("machdep.cpu.brand_string") or ""
+    if "virtual" in brand.lower():
+        signals.append(f"machdep.cpu.brand_string={brand}")
+    return {"detected": True, "signals": signals} if signals else None

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from opscan.probe import feeds
 from opscan.probe.groups import replay_for
 from opscan.probe.protocol import Feed, ProbeCall, TensorSpec, new_call, probe_id
-from opscan.probe.shrink import cap
+from opscan.probe.shrink import cap, numel
 from opscan.trace.argspec import iter_tensors, tensor_count, unsupported
 
 LENS_RULES = frozenset({"mps-linear", "mps-max-pool2d", "mps-fused-rms-norm", "mps-sdpa", "mps-lstm"})
@@ -74,7 +74,7 @@ def plan(trace, view, device: str, max_elements: int | None = None) -> Plan:
                 unreplayable[key] = made
             else:
                 if made.id not in probes:
-                    probes[made.id] = cap(made, max_elements, has_builder) if max_elements else made
+                    probes[made.id] = _capped(made, mps_call, max_elements, has_builder, trace)
                     if how:
                         saved[made.id] = how
                 key = made.id
@@ -97,6 +97,20 @@ def _made(stand_in, producers, device: str):
     return feeds.with_feed(made, stand_in, producers, device, from_call)
 
 
+def _capped(made: ProbeCall, mps_call, max_elements: int | None, has_builder, trace) -> ProbeCall:
+    """The probe with its shapes capped (shrink.cap) — unless the call meets the size condition of a known
+    silent bug of the torch that runs the probes: it runs at its real size then, and its note says so."""
+    if not max_elements:
+        return made
+    from opscan.predict.silent import size_entry
+
+    bug = size_entry(mps_call, getattr(trace, "torch_version", ""))
+    if bug is not None and max(numel(t.shape) for t in made.tensors) > max_elements:
+        return replace(made, note=f"full shapes: the call meets the size condition of known MPS silent bug "
+                                  f"{bug.rule} ({bug.title}), so the element cap is lifted for it")
+    return cap(made, max_elements, has_builder)
+
+
 def from_call(call) -> ProbeCall | str:
     """A ProbeCall for one recorded OpCall, or why it cannot be replayed."""
     spec = call.args_spec
@@ -112,7 +126,8 @@ def from_call(call) -> ProbeCall | str:
     except (TypeError, ValueError) as exc:
         return f"{call.op.display}: an argument is not plain data ({exc})"
     values = {ref["t"]: ref.get("v") for ref in iter_tensors(spec)}
-    tensors = [TensorSpec(m.dtype, m.shape, m.stride, values.get(i)) for i, m in enumerate(call.inputs)]
+    tensors = [TensorSpec(m.dtype, m.shape, m.stride, values.get(i), max(m.offset, 0), m.host)
+               for i, m in enumerate(call.inputs)]
     return make(call.op.display, tensors, _strip_values(spec))
 
 

@@ -37,7 +37,7 @@ def replay_for(group: Group, calls: list[OpCall], backward: list[OpCall], is_bac
 
 
 def _spec(meta: TensorMeta) -> TensorSpec:
-    return TensorSpec(meta.dtype, meta.shape, meta.stride)
+    return TensorSpec(meta.dtype, meta.shape, meta.stride, None, max(meta.offset, 0))
 
 
 def _contiguous(dtype: str, shape) -> TensorSpec:
@@ -119,8 +119,8 @@ def _from_call(op: str, call, names, positional, keywords):
     if missing:
         return f"{op}: the recorded call lacks {', '.join(missing)}; not rebuilt"
     values = {ref["t"]: ref.get("v") for ref in iter_tensors(spec)}
-    tensors = [TensorSpec(dtype, tuple(shape), tuple(stride), values.get(i))
-               for i, (dtype, shape, stride) in enumerate(metas)]
+    tensors = [TensorSpec(dtype, tuple(shape), tuple(stride), values.get(i), max(rest[0], 0) if rest else 0)
+               for i, (dtype, shape, stride, *rest) in enumerate(metas)]
     args = [None if n is None else _strip(bound[n]) for n in positional]
     return op, tensors, {"args": args, "kwargs": {n: _strip(bound[n]) for n in keywords}}
 

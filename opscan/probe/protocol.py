@@ -35,15 +35,20 @@ class TensorSpec:
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     values: list | None = None  # row-major nested list (tolist()), or None: seeded / built
+    offset: int = 0  # storage offset, as recorded (a view into a larger storage: bn(x[5:]), sigmas[i])
+    host: bool = False  # stays on the CPU while the rest of the call is on the device (a CPU 0-dim operand)
 
     def to_dict(self) -> dict:
-        """JSON form."""
-        return {"dtype": self.dtype, "shape": list(self.shape), "stride": list(self.stride), "values": self.values}
+        """JSON form (`offset` and `host` only when set, so earlier plans and journals read the same)."""
+        extra = {k: v for k, v in (("offset", self.offset), ("host", self.host)) if v}
+        return {"dtype": self.dtype, "shape": list(self.shape), "stride": list(self.stride), "values": self.values,
+                **extra}
 
     @classmethod
     def from_dict(cls, d: dict) -> TensorSpec:
         """Inverse of to_dict."""
-        return cls(d["dtype"], tuple(d["shape"]), tuple(d["stride"]), d.get("values"))
+        return cls(d["dtype"], tuple(d["shape"]), tuple(d["stride"]), d.get("values"), int(d.get("offset", 0)),
+                   bool(d.get("host", False)))
 
 
 @dataclass(frozen=True)
@@ -119,8 +124,10 @@ class ProbeCall:
 
 
 def signature(op: str, tensors, spec: dict) -> str:
-    """Canonical text of a call signature: op, tensor dtype/shape/stride, arguments (values excluded)."""
-    metas = [[t.dtype, list(t.shape), list(t.stride)] for t in tensors]
+    """Canonical text of a call signature: op, tensor dtype/shape/stride (and storage offset and host placement
+    where set), arguments (values excluded)."""
+    metas = [[t.dtype, list(t.shape), list(t.stride)] + ([t.offset, t.host] if t.offset or t.host else [])
+             for t in tensors]
     return json.dumps([op, metas, _without_values(spec)], sort_keys=True, separators=(",", ":"))
 
 

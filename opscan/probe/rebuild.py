@@ -6,9 +6,11 @@ after comparison.py (a test holds the copy to this file). So it is written for b
 library only, nothing from opscan, no `from __future__`, and no `__main__` guard.
 
 Tensors are built on the CPU from the call's seed (one generator per call, drawn in tensor order) with the
-recorded shapes and strides (overlapping and expanded layouts included: each tensor is a view of a 1-D storage);
-recorded values (a nested list, or {"zlib": bytes} in a script) replace the seeded ones. Each run copies them
-onto its device, floating ones widened to REFERENCE_DTYPE for the float64 CPU reference. Anything this torch
+recorded shapes, strides and storage offsets (overlapping and expanded layouts included: each tensor is a view of
+a 1-D storage, starting at its offset); recorded values (a nested list, or {"zlib": bytes} in a script) replace
+the seeded ones. Each run copies each storage whole onto its device, so a view keeps its offset there (a known
+MPS bug may read a sliced input from element 0), floating ones widened to REFERENCE_DTYPE for the float64 CPU
+reference; a tensor recorded on the host (a CPU 0-dim operand of an MPS call) stays on the CPU. Anything this torch
 cannot rebuild (a dtype, layout or argument type it lacks) raises BuildError: the probe's row is `unknown`, a
 script exits 2 — never the op's own failure.
 
@@ -49,19 +51,24 @@ def storage_size(shape, stride):
     return 1 + sum((s - 1) * abs(st) for s, st in zip(shape, stride))
 
 
-def initial(dtype_name, shape, stride, values, generator):
+def initial(dtype_name, shape, stride, values, generator, offset=0):
     """(tensor, needs values): seeded floats (the generator advances for every floating tensor), recorded
-    `values` where there are some, else zeros that still need values (integer and bool tensors)."""
+    `values` where there are some, else zeros that still need values (integer and bool tensors); a view `offset`
+    elements into its storage."""
     dtype = dtype_of(dtype_name)
-    n = storage_size(shape, stride)
+    n = storage_size(shape, stride) + offset
     floating = dtype_name in RANDOM_DTYPE
     if floating:
         base = torch.randn(n, generator=generator, dtype=dtype_of(RANDOM_DTYPE[dtype_name])).to(dtype)
     else:
         base = torch.zeros(n, dtype=dtype)
     if values is not None:
-        return laid_out(values_of(values, dtype), shape, stride), False
-    return base.as_strided(shape, stride), not floating
+        found = laid_out(values_of(values, dtype), shape, stride)
+        if not offset:
+            return found, False
+        placed = base.as_strided(tuple(found.shape), tuple(found.stride()), offset)
+        return placed.copy_(found), False
+    return base.as_strided(shape, stride, offset), not floating
 
 
 def values_of(values, dtype):
@@ -84,25 +91,28 @@ def laid_out(values, shape, stride):
     return torch.empty_strided(shape, stride, dtype=values.dtype).copy_(values)
 
 
-def materialize_args(tensors, dtype_names, spec, seed, device, wide, feed=None, run_op=None):
-    """(args, kwargs) for one run: each tensor's storage copied to `device` (floating ones widened to
-    REFERENCE_DTYPE when `wide`; never the built tensor itself: ops write in place), the arguments decoded.
-    With `feed` (a Fed), the inputs its forward makes are that forward's outputs in this run, the forward run
-    by `run_op` (see Fed)."""
-    placed = place_tensors(tensors, dtype_names, device, wide)
+def materialize_args(tensors, dtype_names, spec, seed, device, wide, feed=None, run_op=None, hosts=()):
+    """(args, kwargs) for one run: each tensor's storage copied whole to `device` (the CPU for the tensors whose
+    index is in `hosts`), keeping its view's offset (floating ones widened to REFERENCE_DTYPE when `wide`; never
+    the built tensor itself: ops write in place), the arguments decoded. With `feed` (a Fed), the inputs its
+    forward makes are that forward's outputs in this run, the forward run by `run_op` (see Fed)."""
+    placed = place_tensors(tensors, dtype_names, device, wide, hosts)
     if feed is not None:
         feed.run(placed, device, wide, run_op)
     return decode_args(spec, placed, device, seed)
 
 
-def place_tensors(tensors, dtype_names, device, wide):
-    """Each tensor's storage copied to `device` (floating ones widened to REFERENCE_DTYPE when `wide`)."""
+def place_tensors(tensors, dtype_names, device, wide, hosts=()):
+    """Each tensor's storage copied whole to `device` (the CPU for those whose index is in `hosts`), keeping its
+    view's offset (floating ones widened to REFERENCE_DTYPE when `wide`)."""
     placed = []
-    for t, name in zip(tensors, dtype_names):
+    for i, (t, name) in enumerate(zip(tensors, dtype_names)):
         dtype = dtype_of(REFERENCE_DTYPE[name]) if wide and name in REFERENCE_DTYPE else t.dtype
-        n = storage_size(tuple(t.shape), tuple(t.stride()))
-        storage = t.as_strided((n,), (1,), t.storage_offset()).to(device=device, dtype=dtype, copy=True)
-        placed.append(storage.as_strided(tuple(t.shape), tuple(t.stride())))
+        offset = t.storage_offset()
+        n = storage_size(tuple(t.shape), tuple(t.stride())) + offset
+        where = "cpu" if i in hosts else device
+        storage = t.as_strided((n,), (1,), 0).to(device=where, dtype=dtype, copy=True)
+        placed.append(storage.as_strided(tuple(t.shape), tuple(t.stride()), offset))
     return placed
 
 

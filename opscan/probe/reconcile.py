@@ -37,6 +37,7 @@ class Where:
     label: str
     stands_for_mps: bool
     simulated: bool = False
+    virtual: tuple[str, ...] = ()  # the signals that this Mac is a virtual machine (backends.virtual_machine)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ def measurement_section(plan, result, options, where: Where, isolation: str, jou
         "stands_for_mps": where.stands_for_mps,
         "simulated": where.simulated,
         "note": _note(where),
+        **({"virtual_machine": {"detected": True, "signals": list(where.virtual)}} if where.virtual else {}),
         "probes": len(plan.probes),
         "calls": plan.calls,
         "unreplayable": sorted(set(plan.unreplayable.values())),
@@ -155,6 +157,11 @@ def measurement_section(plan, result, options, where: Where, isolation: str, jou
 
 
 def _note(where: Where) -> str:
+    if where.virtual:
+        return (f"measured on a VIRTUAL Mac ({', '.join(where.virtual)}): its MPS is a paravirtualised GPU, not "
+                "Apple Silicon (GitHub's hosted macOS runners report MPS available, then fail or differ), so the "
+                "verdicts, step graph, transfers and lane stay predicted for MPS; each row's `measured` block "
+                "describes that virtual machine only — measure on a physical Apple Silicon Mac")
     if where.simulated:
         return (f"SIMULATED on {where.label}, a test double of the device, not a measurement of MPS: the verdicts, "
                 "the step graph, the transfers and the lane follow the simulation (test runs only)")

@@ -72,7 +72,7 @@ def build(call: ProbeCall, func, given=frozenset()) -> list[torch.Tensor]:
     tensors, missing = [], set()
     given = frozenset(given) | fed_indices(call)
     for i, spec in enumerate(call.tensors):
-        tensor, needs_values = initial(spec.dtype, spec.shape, spec.stride, spec.values, generator)
+        tensor, needs_values = initial(spec.dtype, spec.shape, spec.stride, spec.values, generator, spec.offset)
         tensors.append(tensor)
         if needs_values and i not in given:
             missing.add(i)
@@ -110,10 +110,11 @@ def _argument_of(func, spec: dict, i: int) -> str | None:
 
 
 def materialize(call: ProbeCall, tensors, device: str, wide: bool, feed: Fed | None = None, run_op=None):
-    """(args, kwargs) for one run: tensors copied to `device` (float64/complex128 when `wide`), the inputs the
-    call's feed makes made by its forward on `device` (run by `run_op`)."""
+    """(args, kwargs) for one run: tensors copied to `device` (float64/complex128 when `wide`; host tensors stay on
+    the CPU), the inputs the call's feed makes made by its forward on `device` (run by `run_op`)."""
+    hosts = {i for i, t in enumerate(call.tensors) if t.host}
     return materialize_args(tensors, [t.dtype for t in call.tensors], call.spec, call.seed, device, wide, feed,
-                            run_op)
+                            run_op, hosts)
 
 
 def fed_indices(call: ProbeCall) -> frozenset:

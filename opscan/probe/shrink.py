@@ -81,7 +81,7 @@ def _shrunk(t: TensorSpec, mapping: dict[int, int]) -> TensorSpec:
             continue
         stride[d] = step
         step *= max(shape[d], 1)
-    return TensorSpec(t.dtype, shape, tuple(stride), None)
+    return TensorSpec(t.dtype, shape, tuple(stride), None, 0, t.host)  # a capped view starts its own storage
 
 
 def _ints(spec, mapping: dict[int, int]):

@@ -136,8 +136,14 @@ def measured_on(device: str, environments: dict) -> reconcile.Where:
     stands for the device it simulates, and the report says it was simulated); a real device is itself, and
     only mps stands for MPS. Records, not options: `opscan merge` has only the results file's records."""
     env = environments.get("off") or environments.get("on") or {}
+    vm = env.get("virtual_machine") if isinstance(env.get("virtual_machine"), dict) else None
+    virtual = (tuple(str(s) for s in vm.get("signals", ())) or ("detected",)) if vm and vm.get("detected") else ()
     if env.get("simulated"):
-        return reconcile.Where(env.get("backend") or "simulated", env.get("device") == "mps", simulated=True)
+        label = env.get("backend") or "simulated"
+        return reconcile.Where(f"{label} (virtual Mac)" if virtual else label,
+                               env.get("device") == "mps" and not virtual, simulated=True, virtual=virtual)
+    if virtual:
+        return reconcile.Where(f"{device} (virtual Mac)", False, virtual=virtual)
     return reconcile.Where(device, device == "mps")
 
 

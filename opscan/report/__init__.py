@@ -40,10 +40,13 @@ class Row:
     shapes: tuple[tuple[int, ...], ...] = ()
     predicted: dict[str, Any] | None = None  # measured on MPS: the prediction it replaced ({verdict, evidence})
     measured: dict[str, Any] | None = None  # the probes' measurement (on MPS, or on cpu/cuda beside the prediction)
+    silent: dict[str, Any] | None = None  # a known silent bug decided it: the entry and the calls meeting it
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form (contract field names); `predicted`/`measured` only when probes ran."""
-        extra = {k: v for k, v in (("predicted", self.predicted), ("measured", self.measured)) if v is not None}
+        """JSON form (contract field names); `predicted`/`measured` only when probes ran, `silent` only when a
+        known silent-correctness bug decided the row (predict/silent.py)."""
+        extra = {k: v for k, v in (("predicted", self.predicted), ("measured", self.measured),
+                                   ("silent", self.silent)) if v is not None}
         return {
             "op": self.op.op,
             "overload": self.op.overload,
@@ -140,6 +143,7 @@ class RowUse:
     modules: tuple[str, ...]
     calls: int
     shapes: tuple[tuple[int, ...], ...]
+    silent: dict[str, Any] | None = None  # report/silent.py: the silent bug that decided the row, its calls
 
 
 def make_row(use: RowUse, found: Classification, source: Source = Source.PREDICTED) -> Row:
@@ -147,7 +151,7 @@ def make_row(use: RowUse, found: Classification, source: Source = Source.PREDICT
     return Row(
         op=use.op, dtypes=use.dtypes, verdict=found.verdict, source=source,
         evidence=found.evidence, remedy=found.remedy, since=found.since, cpu_op=use.cpu_op,
-        phases=use.phases, modules=use.modules, calls=use.calls, shapes=use.shapes,
+        phases=use.phases, modules=use.modules, calls=use.calls, shapes=use.shapes, silent=use.silent,
     )
 
 
@@ -159,14 +163,26 @@ def count_phases(calls) -> dict[str, dict[str, int]]:
     return {p: {"calls": work.get(p, 0), "bookkeeping": books.get(p, 0)} for p in phases}
 
 
-def measured_rows(rows: tuple[Row, ...], measured: dict, stands_for_mps: bool) -> tuple[Row, ...]:
+def measured_rows(rows: tuple[Row, ...], measured: dict, stands_for_mps: bool,
+                  platform: str | None = None) -> tuple[Row, ...]:
     """Each row with its measurement (`measured` maps (OpKey, dtypes) to objects with verdict, evidence, remedy and
     block; row order is kept: the graph section refers to rows by index).
 
     Measured on MPS (or a test double of it): the row's verdict, evidence and remedy become the measured ones and
     the prediction moves to `predicted`. Measured on cpu or cuda: the verdict stays predicted for MPS and the
-    measurement is only attached (its `device` says where)."""
-    return tuple(_measured_row(r, measured.get((r.op, r.dtypes)), stands_for_mps) for r in rows)
+    measurement is only attached (its `device` says where). A row a known silent bug decided that the measurement
+    does not find wrong keeps both, and its `silent.not_reproduced` names where (`platform`: macOS and chip)."""
+    return tuple(_not_reproduced(_measured_row(r, measured.get((r.op, r.dtypes)), stands_for_mps), platform)
+                 for r in rows)
+
+
+def _not_reproduced(row: Row, platform: str | None) -> Row:
+    if row.silent is None or row.measured is None or row.measured.get("verdict") == Verdict.MISMATCH.value:
+        return row
+    where = f"measured {row.measured.get('verdict')} on {row.measured.get('device')}" + (
+        f" ({platform})" if platform else "")
+    return replace(row, silent={**row.silent, "not_reproduced": f"{where}: this Mac did not reproduce the "
+                                                                f"predicted silent bug silent-bug-{row.silent['id']}"})
 
 
 def disagreements(rows: tuple[Row, ...]) -> list[dict[str, Any]]:

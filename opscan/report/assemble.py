@@ -34,7 +34,7 @@ def build_report(prepared, model: str, predicted: list, memory, measurement) -> 
                  for use, found in collect_rows(view, predicted))
     verdicts, source = [v.verdict for v in predicted], Source.PREDICTED
     if measurement is not None:
-        rows = measured_rows(rows, measurement.rows, measurement.stands_for_mps)
+        rows = measured_rows(rows, measurement.rows, measurement.stands_for_mps, _platform(measurement))
         if measurement.stands_for_mps:
             verdicts, source = list(measurement.call_verdicts), Source.MEASURED
     summary = trace_summary(trace)
@@ -50,6 +50,13 @@ def build_report(prepared, model: str, predicted: list, memory, measurement) -> 
         measurement=None if measurement is None else {**measurement.section, "disagreements": disagreements(rows)},
         **graph_stage(trace, view, verdicts, rows, memory, source, prepared.graphs),
     )
+
+
+def _platform(measurement) -> str | None:
+    """"macOS 15.2, Apple M2 Pro" from the probes' environment record (None off a Mac)."""
+    env = (measurement.section.get("environment") or {}).get("off") or {}
+    parts = [f"macOS {env['macos']}" if env.get("macos") else None, env.get("chip")]
+    return ", ".join(p for p in parts if p) or None
 
 
 def _mode(measurement) -> str:
@@ -84,11 +91,16 @@ def graph_stage(trace, view, verdicts, rows, memory: dict[str, Any] | None = Non
 
 def collect_rows(view, verdicts) -> list[tuple[RowUse, Classification]]:
     """Group MPS-view calls by (OpKey, input dtypes) in first-seen order; the worst verdict wins."""
+    from opscan.report.silent import with_silent
+
     groups: dict[tuple, list] = {}
     for call, found in zip(view, verdicts):
         groups.setdefault((call.op, call.dtypes), []).append((call, found))
-    return [(_use(op, dtypes, [c for c, _ in group]), max((f for _, f in group), key=lambda f: f.verdict.rank))
-            for (op, dtypes), group in groups.items()]
+    out = []
+    for (op, dtypes), group in groups.items():
+        worst = max((f for _, f in group), key=lambda f: f.verdict.rank)
+        out.append(with_silent(_use(op, dtypes, [c for c, _ in group]), worst, group))
+    return out
 
 
 def _use(op, dtypes, calls) -> RowUse:
@@ -135,7 +147,7 @@ def _assumptions(torch_version: str, kb, measurement=None) -> dict[str, Any]:
         "macos_source": kb.macos_source,
         "kb_entry": kb.origin if kb.entry is None else f"{kb.origin}: releases/{kb.entry}",
         "notes": list(kb.notes) + _what_if(torch_version, kb),
-        "chip": "any Apple Silicon (M1 or newer)",
+        "chip": kb.chip or "any Apple Silicon (M1 or newer)",
         "fallback_env": "unset",
         **measured_on,
     }

@@ -133,7 +133,8 @@ def resolve(op):
 def build(case):
     """The call's CPU tensors, as the probe worker built them: seeded floats, recorded or inlined values."""
     generator = torch.Generator().manual_seed(case["seed"])
-    return [initial(t["dtype"], t["shape"], t["stride"], t.get("values"), generator)[0] for t in case["tensors"]]
+    return [initial(t["dtype"], t["shape"], t["stride"], t.get("values"), generator, t.get("offset", 0))[0]
+            for t in case["tensors"]]
 
 
 def build_feed(case):
@@ -150,7 +151,8 @@ def materialize(case, tensors, device, wide, feed=None, run_op=None):
     """(args, kwargs): each tensor's storage copied to `device` (widened to float64 when `wide`), the inputs the
     call's forward makes made by it on `device` first."""
     dtypes = [t["dtype"] for t in case["tensors"]]
-    return materialize_args(tensors, dtypes, case["spec"], case["seed"], device, wide, feed, run_op)
+    hosts = {i for i, t in enumerate(case["tensors"]) if t.get("host")}
+    return materialize_args(tensors, dtypes, case["spec"], case["seed"], device, wide, feed, run_op, hosts)
 
 
 def describe(spec, fed=False):

@@ -116,8 +116,13 @@ def _tensors(specs, inline: dict) -> list:
         values = spec.get("values")
         if str(i) in inline:
             values = _unpacked(inline[str(i)])
-        tensors.append({"dtype": spec["dtype"], "shape": list(spec["shape"]), "stride": list(spec["stride"]),
-                        "values": _compact(values, spec["dtype"])})
+        tensor = {"dtype": spec["dtype"], "shape": list(spec["shape"]), "stride": list(spec["stride"]),
+                  "values": _compact(values, spec["dtype"])}
+        if spec.get("offset"):  # a view into its storage (runtime.build keeps it)
+            tensor["offset"] = int(spec["offset"])
+        if spec.get("host"):  # a tensor that stays on the CPU on a Mac (runtime.materialize keeps it there)
+            tensor["host"] = True
+        tensors.append(tensor)
     return tensors
 
 

@@ -19,6 +19,7 @@ from opscan.trace import collector, fake, fxnodes, step
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker
 from opscan.trace.lens import Lens
 from opscan.trace.questions import Questions
+from opscan.trace.host import HostFactories
 from opscan.trace.recorder import CallRecorder
 from opscan.trace.records import FxInfo, OpCall, TensorMeta, Trace
 
@@ -70,13 +71,14 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
     recorder = CallRecorder(tracker, mapper, phases, release.expands)
     lens = Lens(release, clock=lambda: len(recorder.calls), tracker=tracker, paused=lambda: recorder.expanding)
     recorder.index_parameters(model)
+    recorder.index_placement(model, inputs)
     below = memory(model, inputs, lambda: len(recorder.calls) - 1) if memory else None
     recorder.below = below
     notes: list[str] = []
     with contextlib.ExitStack() as stack:
         tagger = fxnodes.FxNodeTagger(gm, tracker, recorder) if gm is not None else contextlib.nullcontext()
         attached = below.attached() if below is not None else contextlib.nullcontext()
-        for ctx in (tracker, phases, tagger, lens, mapper, attached, recorder):
+        for ctx in (tracker, phases, tagger, lens, HostFactories(recorder.storages), mapper, attached, recorder):
             stack.enter_context(ctx)
         if target.fake is not None:
             stack.enter_context(fake.stop_on_data_dependence(notes, recorder.calls))

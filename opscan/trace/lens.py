@@ -196,9 +196,16 @@ def _new_nodes(out, args, kwargs) -> set[int]:
 
 
 def _call(args, kwargs):
-    """The high-level call as replayable data: its tensors' metadata in argspec order, and its argspec."""
-    metas = tuple((_dtype(t), tuple(t.shape), tuple(t.stride())) for t in _tensor_args(args, kwargs))
+    """The high-level call as replayable data: its tensors' metadata (dtype, shape, stride, storage offset,
+    requires_grad) in argspec order, and its argspec."""
+    metas = tuple((_dtype(t), tuple(t.shape), tuple(t.stride()), _offset(t), bool(t.requires_grad))
+                  for t in _tensor_args(args, kwargs))
     return metas, encode(args, kwargs)
+
+
+def _offset(t) -> int:
+    offset = t.storage_offset()
+    return offset if type(offset) is int else -1  # -1: known only at run time (fake tensors)
 
 
 def _grad_needed(args, kwargs) -> bool:

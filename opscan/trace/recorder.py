@@ -65,6 +65,13 @@ class CallRecorder(TorchDispatchMode):
         for param, owner in self._params:
             self.param_storages.setdefault(self.storages.of(param), owner)
 
+    def index_placement(self, model: torch.nn.Module, inputs) -> None:
+        """Tell the trace which tensors the step is given — parameters, buffers, inputs: those a user moves to
+        MPS — so it can tell the tensors that stay on the host (trace/tensors.py StoragePlaces)."""
+        for t in (*model.parameters(), *model.buffers(), *tensors_in(inputs)):
+            offset = t.storage_offset()
+            self.storages.placement.give(self.storages.of(t), offset if type(offset) is int else 0)
+
     def _index_gradients(self) -> None:
         for param, owner in self._params:
             if param.grad is not None:
@@ -92,7 +99,8 @@ class CallRecorder(TorchDispatchMode):
         except Exception as exc:  # the step may catch it ("try float16, else float32"): keep the call
             self._store(index, op, phase, inputs, (), args, kwargs, spec, False, f"{type(exc).__name__}: {exc}")
             raise
-        outputs = self._metas(tensors_in(out))
+        on_host = bool(inputs) and all(t.host for t in inputs)
+        outputs = tuple(describe(t, self.storages, on_host) for t in tensors_in(out))
         self._store(index, op, phase, inputs, outputs, args, kwargs, spec, expanded, None)
         return out
 

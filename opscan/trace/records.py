@@ -22,6 +22,11 @@ class TensorMeta:
     device: str
     storage: int  # storage identity within this trace (same number = same storage)
     nbytes: int
+    # element offset into the storage, as MPS would see it: a tensor the step receives (parameter, buffer, input)
+    # is copied to MPS by `.to("mps")`, which starts it at offset 0, so offsets are counted from where it starts
+    offset: int = 0
+    requires_grad: bool = False
+    host: bool = False  # stays on the CPU while the step runs on MPS (trace/tensors.py StoragePlaces)
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -32,6 +37,9 @@ class TensorMeta:
             "device": self.device,
             "storage": self.storage,
             "nbytes": self.nbytes,
+            "offset": self.offset,
+            "requires_grad": self.requires_grad,
+            "host": self.host,
         }
 
 
@@ -100,7 +108,8 @@ class Group:
     `mode` "steer": the lens ran the op the way MPS does (e.g. the math path of attention), so the
     recorded calls already are what MPS dispatches; kept here for the report's notes.
     `call` (a "replace" group): the high-level call itself, as the lens saw it — its tensors' (dtype, shape,
-    stride) in argument order and its argspec — so a probe can replay the op MPS runs with the same arguments.
+    stride, storage offset, requires_grad) in argument order and its argspec — so a probe can replay the op MPS
+    runs with the same arguments.
     """
 
     rule: str
@@ -114,4 +123,4 @@ class Group:
     module: str
     condition: str
     source: str
-    call: tuple[tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...], dict] | None = None
+    call: tuple[tuple[tuple[str, tuple[int, ...], tuple[int, ...], int, bool], ...], dict] | None = None

@@ -25,12 +25,14 @@ _EXPIRED = torch.UntypedStorage._expired  # (StorageWeakRef.expired, without its
 
 class StorageIds:
     """Small integers for storages; a freed storage's number is never reused. Also interns the TensorMetas
-    `describe` makes (equal metadata, one object: fewer objects for the collector to walk)."""
+    `describe` makes (equal metadata, one object: fewer objects for the collector to walk), and holds the
+    step's `StoragePlaces` (which storages stay on the host while the step runs on MPS)."""
 
     def __init__(self):
         self._live: dict[int, tuple[int, StorageWeakRef]] = {}
         self._next = 0
         self.metas: dict[tuple, TensorMeta] = {}
+        self.placement = StoragePlaces()
 
     def of(self, tensor: torch.Tensor) -> int:
         """The id of `tensor`'s storage (-1 for tensors without one)."""
@@ -47,8 +49,53 @@ class StorageIds:
         return self._next
 
 
-def describe(t: torch.Tensor, storages: StorageIds) -> TensorMeta:
-    """dtype, shape, stride, device, storage id and bytes of one tensor."""
+class StoragePlaces:
+    """Where the storages of a step live when it runs on MPS, told apart in a CPU trace.
+
+    The step's own tensors — parameters, buffers and inputs (`given`) — are the ones a user moves to MPS with
+    `.to("mps")`; so is everything an op makes from at least one of them, and a factory call that dispatches
+    with no tensor argument (`torch.zeros(n, device=x.device)` and `torch.zeros(n)` dispatch alike). A storage
+    stays on the host (`host`) when it existed before the step without being one of the given tensors (a plain
+    tensor attribute, a scheduler's `sigmas`: `model.to("mps")` leaves it on the CPU), when a Python factory
+    made it without a `device=` argument (trace/host.py: `torch.linspace(...)`, `torch.tensor(...)`), or when
+    every tensor argument of the op that made it was on the host (`sigmas[i]`). A given tensor's storage offset
+    is counted from where that tensor starts (`base`): `.to("mps")` copies it to a fresh storage at offset 0.
+    Off (`tracking` False) until the recorder is told the given tensors: every tensor is then on the device."""
+
+    def __init__(self):
+        self.tracking = False
+        self.given: set[int] = set()
+        self.made: set[int] = set()
+        self.host: set[int] = set()
+        self.base: dict[int, int] = {}
+
+    def give(self, sid: int, offset: int) -> None:
+        """A storage of a tensor the step is given (moved to MPS with it), starting at `offset`."""
+        self.tracking = True
+        self.given.add(sid)
+        self.base[sid] = min(offset, self.base.get(sid, offset))
+
+    def read(self, sid: int) -> bool:
+        """Whether a storage an op reads is on the host (a storage first met here existed before the step
+        without being given: it stays on the CPU)."""
+        if self.tracking and sid not in self.given and sid not in self.made and sid >= 0:
+            self.host.add(sid)
+        return sid in self.host
+
+    def made_by(self, sids, inputs_on_host: bool) -> None:
+        """Storages an op returned: on the host when every tensor argument was (and there was one)."""
+        for sid in sids:
+            if sid in self.given or sid in self.made or sid in self.host:
+                continue  # an in-place op or a view: the storage keeps its place
+            self.made.add(sid)
+            if inputs_on_host:
+                self.host.add(sid)
+
+
+def describe(t: torch.Tensor, storages: StorageIds, made_on_host: bool | None = None) -> TensorMeta:
+    """dtype, shape, stride, device, storage id, bytes, storage offset (from where a given tensor starts),
+    requires_grad and whether it stays on the host (StoragePlaces) of one tensor: an argument the op reads
+    (`made_on_host` None) or a result of an op whose tensor arguments were all on the host (True) or not (False)."""
     dtype = t.dtype
     known = _DTYPES.get(dtype)
     if known is None:
@@ -68,7 +115,21 @@ def describe(t: torch.Tensor, storages: StorageIds) -> TensorMeta:
     else:
         shape = tuple(t.shape)
         nbytes = _product(shape) * size
-    key = (name, shape, tuple(stride), where, storages.of(t), nbytes)
+    sid = storages.of(t)
+    placement = storages.placement
+    if placement.tracking:
+        if made_on_host is None:
+            placement.read(sid)
+        else:
+            placement.made_by((sid,), made_on_host)
+    try:
+        offset = t.storage_offset()
+    except (RuntimeError, NotImplementedError):
+        offset = 0
+    if type(offset) is not int:
+        offset = concrete((offset,))[0]
+    offset = offset - placement.base.get(sid, 0) if offset >= 0 else UNKNOWN
+    key = (name, shape, tuple(stride), where, sid, nbytes, offset, t.requires_grad, sid in placement.host)
     meta = storages.metas.get(key)
     if meta is None:
         meta = storages.metas[key] = TensorMeta(*key)

@@ -97,7 +97,8 @@ def scan_releases(options, releases: tuple[str, ...] | None = None, ctx=None) ->
     traced: list[tuple[Any, float]] = []  # (Prepared, seconds), one per trace made
     judged: dict[str, ReleaseResult] = {}
     for release in tuple(releases) if releases else kb_releases():
-        kb = load_knowledge(yaml_path=options.yaml_path, release=release, macos=options.macos)
+        kb = load_knowledge(yaml_path=options.yaml_path, release=release, macos=options.macos,
+                            chip=getattr(options, "chip", None))
         index = _serving(traced, kb)
         if index is None:
             traced.append(_traced(replace(base, torch_version=release), ctx))

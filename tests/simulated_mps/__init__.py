@@ -98,6 +98,8 @@ class SimulatedMps:
         """The environment record, marked as simulated."""
         record = environment_record(self.name, "mps")
         record["simulated"] = True
+        if "virtual_machine" in self.script:  # a virtual Mac's record (backends.virtual_machine), scripted
+            record["virtual_machine"] = self.script["virtual_machine"]
         return record
 
     def sync(self) -> None:

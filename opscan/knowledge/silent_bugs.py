@@ -1,0 +1,191 @@
+"""Knowledge stage: MPS's known silent-correctness bugs (`silent_bugs.yaml`), each a condition on a traced call.
+
+An entry names the ops it concerns (as MPS dispatches them), the condition in conditions.py's language over the
+op's arguments (named by `signatures`), the releases it affects and the release that fixes it (or "open"), the
+macOS range and chip families it is limited to, the workaround, how its releases were established and its
+source. `load_bugs()` reads and validates the file (ValueError naming the entry on anything malformed);
+`for_release(release)` is the entries that affect a release, by op (Knowledge.silent). No torch import.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import yaml
+
+from opscan.knowledge.conditions import compile_when
+from opscan.opkey import OpKey, Release
+
+BUGS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "silent_bugs.yaml")
+CONDITION_KINDS = frozenset({"non-contiguous", "storage-offset", "channels-last", "stride", "size", "dtype", "rank",
+                   "cpu-meets-mps", "requires-grad", "macos", "chip"})
+CHIPS = ("M1", "M2", "M3", "M4", "M5")
+CONFIDENCE = ("high", "medium", "low")
+OPEN = "open"
+# MPS-view ops whose arguments are those of the call the trace recorded (mps_view's device branches) or of
+# the high-level call the lens recorded: their `signatures` key
+BOUND_AS = {"_mps_convolution": "convolution", "_mps_convolution_transpose": "convolution",
+            "mps_convolution_backward": "convolution_backward",
+            "mps_convolution_transpose_backward": "convolution_backward",
+            "_scaled_dot_product_attention_math_for_mps": "scaled_dot_product_attention"}
+_FIELDS = {"id", "title", "issues", "fix_pr", "ops", "when", "kinds", "affected", "fixed_in", "macos", "chip",
+           "workaround", "established", "confidence", "source"}
+
+
+@dataclass(frozen=True)
+class SilentBug:
+    """One known silent-correctness bug: where it applies and what to do about it."""
+
+    id: str
+    title: str
+    issues: tuple[int, ...]
+    fix_pr: int | None
+    ops: tuple[str, ...]  # yaml spellings of MPS-view ops
+    when: Mapping[str, str]  # op -> condition text
+    code: Mapping[str, ast.Expression]  # op -> compiled condition
+    kinds: tuple[str, ...]
+    first: str  # first affected release
+    last: str  # last affected release series ("2.8")
+    fixed_in: str | None  # None: open
+    macos: tuple[tuple[int, int] | None, tuple[int, int] | None]  # [from, below)
+    chip: tuple[str, ...]  # () = any chip
+    workaround: str
+    established: str
+    confidence: str
+    source: str
+
+    @property
+    def rule(self) -> str:
+        """The rule id a verdict from this entry carries."""
+        return f"silent-bug-{self.id}"
+
+    @property
+    def fixed(self) -> str:
+        """The fixing release, or "open"."""
+        return self.fixed_in or OPEN
+
+    @property
+    def releases(self) -> str:
+        """"2.8.0 – 2.8.x" as text."""
+        return f"{self.first} – {self.last}.x"
+
+    @property
+    def size_condition(self) -> bool:
+        """Whether the condition is on sizes (a probe must then run at the call's real size)."""
+        return "size" in self.kinds
+
+    def affects(self, release: str) -> bool:
+        """Whether `release` ships the bug."""
+        r = Release.parse(release)
+        return Release.parse(self.first) <= r and r.series_key <= Release.parse(self.last).series_key
+
+    def macos_applies(self, macos: tuple[int, int]) -> bool:
+        """Whether the bug shows on that macOS."""
+        low, below = self.macos
+        return (low is None or macos >= low) and (below is None or macos < below)
+
+    @property
+    def macos_text(self) -> str | None:
+        """"macOS >= 15.0", "macOS 15.0 – 26.3" style text, or None for any."""
+        low, below = self.macos
+        if low is None and below is None:
+            return None
+        text = lambda v: ".".join(map(str, v))  # noqa: E731
+        if below is None:
+            return f"macOS {text(low)} or later"
+        return f"macOS {text(low)} up to (not including) {text(below)}" if low else f"macOS before {text(below)}"
+
+
+def _macos(raw, where: str):
+    if raw is None:
+        return None, None
+    if not isinstance(raw, list) or len(raw) != 2:
+        raise ValueError(f"{where}: macos must be [from, below] (null for open ends)")
+    return tuple(_version(v, where) for v in raw)
+
+
+def _version(value, where: str):
+    if value is None:
+        return None
+    parts = str(value).split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise ValueError(f"{where}: macOS version {value!r} is not major.minor")
+    return int(parts[0]), int(parts[1])
+
+
+def parse_bugs(text: str) -> tuple[dict[str, tuple[str, ...]], tuple[SilentBug, ...]]:
+    """silent_bugs.yaml text -> (signatures, entries); ValueError naming the first bad entry."""
+    data = yaml.safe_load(text) or {}
+    signatures = {str(k): tuple(v) for k, v in (data.get("signatures") or {}).items()}
+    seen, out = set(), []
+    for raw in data.get("entries") or ():
+        bug = _entry(raw, signatures)
+        if bug.id in seen:
+            raise ValueError(f"silent_bugs.yaml: entry {bug.id!r} appears twice")
+        seen.add(bug.id)
+        out.append(bug)
+    return signatures, tuple(out)
+
+
+def _entry(raw, signatures) -> SilentBug:
+    where = f"silent_bugs.yaml: entry {raw.get('id') if isinstance(raw, dict) else raw!r}"
+    if not isinstance(raw, dict) or set(raw) != _FIELDS:
+        got = set(raw) if isinstance(raw, dict) else set()
+        raise ValueError(f"{where}: fields differ from {sorted(_FIELDS)} (missing {sorted(_FIELDS - got)}, "
+                         f"extra {sorted(got - _FIELDS)})")
+    ops = tuple(str(o) for o in raw["ops"])
+    for op in ops:
+        OpKey.from_yaml(op)
+        if BOUND_AS.get(op, op) not in signatures:
+            raise ValueError(f"{where}: op {op} has no argument names in `signatures`")
+    when = raw["when"] if isinstance(raw["when"], dict) else dict.fromkeys(ops, raw["when"])
+    if set(when) != set(ops):
+        raise ValueError(f"{where}: `when` must give a condition for every op and no other")
+    first, last = (str(v) for v in raw["affected"])
+    fixed = None if raw["fixed_in"] == OPEN else str(raw["fixed_in"])
+    _check_releases(where, first, last, fixed)
+    kinds, chip = tuple(raw["kinds"]), tuple(raw["chip"] or ())
+    if not kinds or set(kinds) - CONDITION_KINDS or set(chip) - set(CHIPS) or raw["confidence"] not in CONFIDENCE:
+        raise ValueError(f"{where}: kinds must be among {sorted(CONDITION_KINDS)}, chips among {CHIPS}, "
+                         f"confidence one of {CONFIDENCE}")
+    for key in ("title", "workaround", "established", "source"):
+        if not str(raw[key]).strip():
+            raise ValueError(f"{where}: {key} is empty")
+    code = {op: compile_when(str(text)) for op, text in when.items()}
+    return SilentBug(str(raw["id"]), raw["title"], tuple(int(i) for i in raw["issues"]), raw["fix_pr"], ops,
+                     MappingProxyType(dict(when)), MappingProxyType(code), kinds, first, last, fixed,
+                     _macos(raw["macos"], where), chip, raw["workaround"], raw["established"], raw["confidence"],
+                     raw["source"])
+
+
+def _check_releases(where: str, first: str, last: str, fixed: str | None) -> None:
+    try:
+        a, z = Release.parse(first), Release.parse(last)
+        f = Release.parse(fixed) if fixed else None
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    if z.series != last or a.series_key > z.series_key or (f is not None and f.series_key <= z.series_key):
+        raise ValueError(f"{where}: affected must be [first release, last series] with the fix after both")
+
+
+@functools.lru_cache(maxsize=2)
+def load_bugs(path: str = BUGS_PATH) -> tuple[dict[str, tuple[str, ...]], tuple[SilentBug, ...]]:
+    """The shipped (signatures, entries)."""
+    with open(path, encoding="utf-8") as fh:
+        return parse_bugs(fh.read())
+
+
+@functools.lru_cache(maxsize=64)
+def for_release(release: str, path: str = BUGS_PATH) -> Mapping[str, tuple[SilentBug, ...]]:
+    """yaml op name -> the entries that affect `release`."""
+    by_op: dict[str, list[SilentBug]] = {}
+    for bug in load_bugs(path)[1]:
+        if bug.affects(release):
+            for op in bug.ops:
+                by_op.setdefault(op, []).append(bug)
+    return MappingProxyType({op: tuple(bugs) for op, bugs in by_op.items()})

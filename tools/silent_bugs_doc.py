@@ -1,0 +1,133 @@
+"""Write docs/silent-bugs.md: the knowledge base of MPS silent-correctness bugs (opscan/knowledge/silent_bugs.yaml)
+and every triaged report that is not an entry, with the reason (tools/silent/triage.yaml).
+
+    python tools/silent_bugs_doc.py [--check]
+
+--check exits 1 when the page on disk differs from what this writes (tests/test_silent_doc.py runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+TRIAGE = ROOT / "tools" / "silent" / "triage.yaml"
+DOC = ROOT / "docs" / "silent-bugs.md"
+
+HEAD = """# Known MPS silent-correctness bugs
+
+[README](../README.md) · [all docs](../README.md#documentation) · related: [Knowledge base](knowledge-base.md), \
+[Measured mode](measured-mode.md), [Report schema](report-schema.md)
+
+<!-- written by tools/silent_bugs_doc.py from opscan/knowledge/silent_bugs.yaml and tools/silent/triage.yaml -->
+
+A step can run on MPS and return wrong numbers. opscan keeps the bugs of that kind that PyTorch's own issue threads
+and regression tests document as data (`opscan/knowledge/silent_bugs.yaml`, {entries} entries): per entry the ops
+(as MPS dispatches them), the condition on a call's arguments (in the `when` language of kernel_rules.yaml, extended
+with `.stride`, `.storage_offset`, `.device`, `.requires_grad`, `.itemsize`, `.is_contiguous`,
+`.is_channels_last_contiguous`, `.looks_channels_last`, `.max_elem_offset`, and the names `result` and `chip`), the
+releases affected and the fixing release (or *open*), the macOS range and chip families it is limited to, the issue
+and the fixing PR, the workaround, and how its releases were established.
+
+**The verdict.** A traced call that meets an entry's condition, in a release the entry affects and on the assumed
+macOS, is predicted `mismatch` (rule `silent-bug-<id>`, `source: predicted`): it ranks and decides like any
+`mismatch` (lane `linux-gpu-first`, `--fail-on error` fails on it), its row's `since` and the upgrade advice name the
+fixing release, its remedy the workaround and the modules that make the call, and its row's `silent` section lists
+the calls that meet the condition. An entry limited to some chips decides only with `--chip` (`OPSCAN_CHIP`);
+without it, and when only the assumed macOS (the release's minimum, not a `--macos` given) keeps an entry off, the
+row stays as it was and its evidence carries a note. `opscan coverage --op PATTERN` lists the entries of the
+matching ops per release. Measured mode probes a call meeting a size condition at its real size (the element cap is
+lifted for it, and its note says so), keeps every recorded stride, storage offset and CPU operand, and so do the
+repro scripts; measured on a Mac that does not reproduce an entry, the row keeps both and `silent.not_reproduced`
+names the macOS and chip.
+
+**How the releases were established.** The fixing release is the first whose release branch was cut after the
+fixing PR merged (branch cuts from PyTorch's release-tracker issues), unless the thread shows a cherry-pick into an
+earlier branch or a maintainer names the release; where a PR merged within a day of a cut, the earlier release is
+taken as fixed and the entry says so. The first affected release is the release that shipped the change named as
+the cause (e.g. #128393, the strided MPSNDArray API of 2.5 behind several macOS-15-only bugs), else the earliest
+release a reporter verified, else the release current when the bug was reported. Each entry's `established` says
+which, and `confidence` how sure it is. Patch releases of an affected series are taken as affected unless a
+cherry-pick was seen.
+
+**What no entry can promise.** The base holds only bugs someone reported or a regression test pinned: a clean row
+means "no known entry matches", not "correct" — most MPS silent bugs were found by users months after a release.
+Value-, state- and timing-dependent bugs (allocator history, graph-cache reuse, non_blocking copies, NaN or
+duplicate indices) cannot be predicted from a trace; Apple can fix or bring back a bug with a macOS update and no
+torch release (#180201 came back on the macOS 27 beta); a release boundary inferred from a merge date can be off by
+one release; a threshold is the one reported, and a bug reported at 2**32 elements may start earlier for other
+shapes. Measured mode on a real Apple Silicon Mac is the check; a virtual Mac (GitHub's hosted macOS runners) is
+not one, and its measurements never stand for MPS.
+
+**Where the trace and MPS differ.** The conditions read strides and offsets recorded on the CPU. A tensor the step
+is given (parameters, buffers, inputs) is copied to MPS by `.to("mps")`, which starts it at offset 0, so offsets are
+counted from where it starts; a tensor that stays on the CPU on a Mac — one that existed before the step without
+being given (a scheduler's `sigmas`), one a Python factory made without `device=`, or one made only from such
+tensors — is recorded as `host` (the condition's `.device == 'cpu'`). Fresh outputs take the same layout on both
+devices (both use TensorIterator's and `empty_like`'s rules), with known exceptions the entries do not read: a
+convolution's output memory format (MPS returns channels_last when the input *or the weight* is channels_last from
+#162776 on, the CPU when the input is), and `.to("mps")` of a non-dense CPU input (contiguous on MPS). The lens's
+high-level calls (linear, attention) carry their own arguments' strides, offsets and requires_grad.
+
+## Entries ({entries})
+
+| id | ops | condition | affected | fixed | macOS / chip | confidence |
+|---|---|---|---|---|---|---|
+"""
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render() -> str:
+    from opscan.knowledge.silent_bugs import load_bugs
+
+    bugs = load_bugs()[1]
+    triage = yaml.safe_load(TRIAGE.read_text(encoding="utf-8"))["records"]
+    lines = [HEAD.replace("{entries}", str(len(bugs))).rstrip("\n")]
+    for b in bugs:
+        when = "; ".join(f"`{op}`: `{w}`" for op, w in b.when.items()) if len(set(b.when.values())) > 1 \
+            else f"`{next(iter(b.when.values()))}`"
+        gate = ", ".join(p for p in (b.macos_text, "/".join(b.chip) if b.chip else None) if p) or "any"
+        issue = f"[#{b.issues[0]}](https://github.com/pytorch/pytorch/issues/{b.issues[0]})"
+        fix = f" (PR #{b.fix_pr})" if b.fix_pr else ""
+        lines.append(f"| {issue} | {', '.join(b.ops)} | {_cell(when)} | {b.first} – {b.last}.x | {b.fixed}{fix} | "
+                     f"{gate} | {b.confidence} |")
+    counts = Counter(r["outcome"] for r in triage)
+    lines += ["", f"## Triage ({len(triage)} reports)", "",
+              "Every `pytorch/pytorch` issue, PR and `test/test_mps.py` regression test read for this knowledge base "
+              "(the research trail is in tools/silent/triage.yaml):", "",
+              "| outcome | reports |", "|---|---|"]
+    lines += [f"| {k} | {counts[k]} |" for k in ("entry", "not an entry", "not encodable")]
+    lines += ["", "An *entry* record is one of the entries above (duplicates and companion issues folded into "
+              "theirs). *Not an entry*: the condition can be encoded, but the releases it affects could not be "
+              "established well enough to predict a verdict. *Not encodable*: no condition on a traced call "
+              "decides it.", "", "| id | title | outcome | reason |", "|---|---|---|---|"]
+    for r in triage:
+        link = f"[{r['id']}]({r['url']})" if r.get("url") else r["id"]
+        reason = r.get("reason") or f"entry {r.get('entry')}"
+        lines.append(f"| {link} | {_cell(r['title'])} | {r['outcome']} | {_cell(reason)[:300]} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when docs/silent-bugs.md is out of date")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        current = DOC.read_text(encoding="utf-8") if DOC.exists() else ""
+        return 0 if current == text else 1
+    DOC.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
