@@ -7,10 +7,13 @@ dispatched I's callees. composite_callees.txt (knowledge stage; read from every 
 says what each release's kernel calls. Where R's set differs from I's, the composite's calls are judged by R's:
 - a traced call (with what it dispatched) is dropped when every direct callee of I's kernel it comes from is one
   R's kernel does not call (a call that is itself a callee, or that a composite callee of I dispatches);
-- each op R's kernel calls and I's does not is added, with the composite's inputs (its dtypes), rule
+- when a call was dropped, each op R's kernel calls and I's does not is added, with the composite's inputs (its
+  dtypes), rule
   `release-callees`, judged by R's knowledge base (a composite callee without an MPS kernel by its OpInfo samples,
   as `opscan coverage` judges it, with how its own kernel differs in R said beside): the binary is the evidence;
 - when every traced call was dropped (I took a branch R's kernel does not have), every op R's kernel calls is added;
+- when no call was dropped, the step's path is in R's kernel too, and the ops only R's kernel calls sit on branches
+  the run did not take (the sparse and quantized paths of `_to_copy`...): the notes name them, unjudged;
 - a composite that R runs as an op of its own (declared, not composite) becomes that one call.
 The table's sets are static (any branch), so an added op may sit on a branch the step does not take: the evidence
 says so. Backward calls of a dropped callee stay (R's backward is judged by the backward ops the trace saw).
@@ -129,6 +132,7 @@ class _Plan:
         self.added: dict[int, list[tuple[str, OpKey]]] = {}  # anchor index -> (composite, op added)
         self.unknown: dict[int, str] = {}  # trace index -> the composite whose R path is not known
         self.changed: dict[str, str] = {}  # composite -> how R's kernel differs (for the notes)
+        self.unjudged: dict[str, set[str]] = {}  # composite -> ops only R's kernel calls, on a path not taken
 
     def visit(self, node: _Node) -> None:
         if node.first in self.dropped:
@@ -156,11 +160,14 @@ class _Plan:
                 self.dropped.update(covers)
             else:
                 kept.append(sources)
+        removed, plus = sorted(mine - theirs), sorted(theirs - mine)
+        if len(kept) == len(node.units):  # the step's path is all in R's kernel too: R's other calls sit on
+            if plus:  # branches the installed torch's run did not take (or R's own extra ones): said, not judged
+                self.unjudged.setdefault(node.op, set()).update(plus)
+            return
         new = theirs - mine if kept else theirs  # nothing kept: I took a branch R's kernel lacks
         self.added.setdefault(node.first, []).extend((node.op, OpKey.from_yaml(op)) for op in sorted(new))
-        if new or len(kept) < len(node.units):  # the view changes (else R differs only on branches not taken)
-            removed, plus = sorted(mine - theirs), sorted(theirs - mine)
-            self.changed[node.op] = " ".join([*(f"-{op}" for op in removed), *(f"+{op}" for op in plus)])
+        self.changed[node.op] = " ".join([*(f"-{op}" for op in removed), *(f"+{op}" for op in plus)])
 
     def _attributed(self, op: str, mine: frozenset[str]) -> frozenset[str]:
         """The direct callees of I's kernel a traced call may come from: itself, and the composite callees that can
@@ -182,7 +189,7 @@ class _Plan:
             out.append(call)
         for anchor, ops in pending:
             out.extend(self._made(anchor, ops))
-        return tuple(out) if self.added or self.dropped or self.unknown else tuple(view)
+        return tuple(out) if self.added or self.dropped or self.unknown else view
 
     def _made(self, anchor: int, ops) -> list[MpsCall]:
         base = self.trace.calls[anchor]
@@ -198,11 +205,17 @@ class _Plan:
             out.append(f"{RULE}: torch {self.kb.release}'s C++ composites call other ops than the installed torch "
                        f"{self.installed}'s (read from its macOS libtorch_cpu.dylib), and their rows are judged by "
                        f"{self.kb.release}'s: {what}")
-        if self.unknown:
-            ops = ", ".join(sorted(set(self.unknown.values())))
-            out.append(f"{UNKNOWN_RULE}: what torch {self.kb.release}'s C++ kernel of {ops} calls is not known "
-                       f"(composite_callees.txt has no body for it in one of the two releases): its rows keep the "
-                       f"installed torch {self.installed}'s path")
+        if self.unjudged:
+            what = "; ".join(f"{op}: {' '.join(sorted(ops))}" for op, ops in sorted(self.unjudged.items()))
+            out.append(f"{RULE}: torch {self.kb.release}'s kernels of these composites can also call ops the "
+                       f"installed torch's do not, on branches this step's run did not take (every call it made is "
+                       f"one {self.kb.release}'s kernel makes too), so they are not judged: {what}")
+        for op in sorted(set(self.unknown.values())):
+            declared = self.kb.yaml.get(OpKey.from_yaml(op)) is not None
+            why = ("composite_callees.txt has no kernel body for it" if declared else
+                   f"torch {self.kb.release} does not declare it: the step's code calls an op that release lacks")
+            out.append(f"{UNKNOWN_RULE}: what torch {self.kb.release}'s C++ kernel of {op} calls is not known "
+                       f"({why}); its rows keep the installed torch {self.installed}'s path")
         return tuple(out)
 
 
