@@ -70,8 +70,9 @@ def composites(notes: dict) -> dict[str, dict[str, list[str]]]:
                 out[op]["unknown"].append(release)
                 continue
             kind = "unjudged" if "not judged" in text else "changed"
-            for part in text.rsplit(": ", 1)[-1].split("; ") if kind == "unjudged" else \
-                    text.split("judged by", 1)[1].split(": ", 1)[1].split("; "):
+            listed = text.split("not judged: ", 1)[1] if kind == "unjudged" else \
+                text.split("judged by", 1)[1].split(": ", 1)[1]
+            for part in listed.split("; "):
                 out[part.split(":", 1)[0]][kind].append(release)
     return out
 
