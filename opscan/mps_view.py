@@ -31,6 +31,14 @@ VIEW_RULES = {
     "composite-callee": ("a CompositeExplicitAutograd(NonFunctional) op without an MPS kernel: the calls its "
                          "composite kernel dispatched, recorded by re-dispatching it inside the recorder",
                          "native_functions.yaml composite entries; opscan recorder expansion"),
+    # added after the view, per predicted-for release, by opscan/predict/release_paths.py
+    "release-callees": ("an op the predicted-for release's C++ composite kernel calls where the tracing torch's "
+                        "calls another (or runs the composite as an op of its own there)",
+                        "opscan/knowledge/composite_callees.txt (tools/build_composite_callees.py: each release's "
+                        "macOS arm64 libtorch_cpu.dylib) [bin]"),
+    "release-callees-unknown": ("a call of a composite whose kernel in the predicted-for release is not known: "
+                                "the tracing torch's path, said so in the evidence",
+                                "opscan/knowledge/composite_callees.txt [bin]"),
 }
 _VIEWS = frozenset({"t", "view", "_unsafe_view", "transpose", "expand", "reshape", "permute", "unsqueeze",
                     "squeeze", "detach", "contiguous", "clone", "alias", "as_strided", "select", "slice"})

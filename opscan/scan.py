@@ -49,6 +49,7 @@ class Prepared:
     # several releases (opscan/zoo/releases.py) share them, so each release's judgement of a call is made once
     caches: dict = field(default_factory=dict)
     graphs: dict = field(default_factory=dict)  # step graphs by the calls' verdicts, shared the same way
+    notes: tuple[str, ...] = ()  # what the predict stage changed in the view for kb's release (release_paths.py)
 
 
 def prepare(options: ScanOptions, ctx=None) -> Prepared:
@@ -86,10 +87,12 @@ def _stages(options: ScanOptions, session, prepared: Prepared, ctx) -> Report:
     from opscan.predict.history import cache_of
     from opscan.report.assemble import build_report
 
+    memory = memory_stage(prepared, options, ctx)  # sizes of the traced step, whichever release is judged
+    if options.probe is None:  # measured mode measures the installed torch's own calls
+        prepared = for_release(prepared)
     kb, target, trace, view = prepared.kb, prepared.target, prepared.trace, prepared.view
     cache = cache_of(prepared.caches, kb)
     predicted = [predict_call(call, kb, cache) for call in view]
-    memory = memory_stage(prepared, options, ctx)
     measurement = None
     if options.probe is not None:
         from opscan.probe.stage import measure
@@ -98,6 +101,17 @@ def _stages(options: ScanOptions, session, prepared: Prepared, ctx) -> Report:
     report = build_report(prepared, options.target, predicted, memory, measurement)
     command = repro_command(options)
     return report if command is None else with_repro(report, trace, view, command, measurement)
+
+
+def for_release(prepared: Prepared) -> Prepared:
+    """`prepared` with its MPS view as kb's release runs its C++ composites (predict/release_paths.py), and notes
+    saying what changed; itself when nothing does (the release the step was traced with)."""
+    from dataclasses import replace
+
+    from opscan.predict.release_paths import release_view
+
+    view, notes = release_view(prepared.trace, prepared.view, prepared.kb)
+    return prepared if view is prepared.view and not notes else replace(prepared, view=view, notes=notes)
 
 
 def repro_command(options: ScanOptions) -> str | None:
@@ -150,6 +164,7 @@ def run_trace(target, options: ScanOptions, kb, ctx=None):
 def _trace(target, options: ScanOptions, kb, ctx, memory: bool) -> tuple[Any, Any]:
     """(the trace, the memory tracker that ran below its recorder, or None without `memory`)."""
     from opscan.predict.calls import has_mps_kernel, should_expand
+    from opscan.predict.release_paths import span_ops
     from opscan.trace import TraceOptions, trace_step
     from opscan.trace.guard import user_step
     from opscan.trace.moves import explicit_moves
@@ -158,7 +173,7 @@ def _trace(target, options: ScanOptions, kb, ctx, memory: bool) -> tuple[Any, An
     trace_options = TraceOptions(options.inference, options.dtype, options.fx, macos=kb.macos)
     with user_step(target.spec, ctx=ctx), explicit_moves():
         trace = trace_step(target, trace_options, has_mps_kernel=has_mps_kernel(kb), expand=should_expand(kb),
-                           memory=_tracking(made) if memory else None)
+                           memory=_tracking(made) if memory else None, spans=span_ops())
     return trace, (made[0] if made else None)
 
 

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from opscan.knowledge import load_knowledge
-from opscan.knowledge.silent_bugs import BUGS_PATH, for_release, load_bugs, parse_bugs
+from opscan.knowledge.silent_bugs import BUGS_PATH, load_bugs, parse_bugs
+from opscan.knowledge.silent_bugs import bugs_for_release as for_release
 from opscan.mps_view import MpsCall
 from opscan.opkey import OpKey
 from opscan.predict.silent import silent_verdict

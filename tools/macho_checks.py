@@ -4,9 +4,10 @@ A failing TORCH_CHECK calls `c10::detail::torchCheckFail(__func__, __FILE__, __L
 TORCH_CHECK_NOT_IMPLEMENTED / _TYPE / _VALUE / _INDEX and AT_ERROR build a `c10::SourceLocation{__func__,
 __FILE__, __LINE__}` and construct the matching c10 error. So every check site loads the address of its
 source file's path (a C string of the __cstring section) next to its line (an immediate) and its message,
-and then calls one of those functions. This module decodes just enough arm64 to find them:
+and then calls one of those functions. This module reads the arrays the shared decoder (macho_arm64.py) makes:
 
-* ADRP + ADD pairs that compute a C-string address (file paths, `__func__` names, message literals);
+* the C-string addresses (file paths, `__func__` names, message literals) an ADRP + ADD pair or a single ADR
+  computes;
 * MOVZ immediates (the line; TORCH_CHECK passes it in w2);
 * BL targets, named through the __stubs section and the indirect symbol table (the failure functions
   live in libc10.dylib, so they are imported).
@@ -23,16 +24,19 @@ from __future__ import annotations
 
 import bisect
 import functools
+import os
 import re
-import struct
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from macho_arm64 import Image, load as _load  # noqa: E402  (the shared decoder)
+
 MPS_PATH = b"aten/src/ATen/native/mps/"
 SOURCE_EXTENSIONS = (b".mm", b".h", b".cpp", b".metal", b".hpp", b".cc")
 BACK = 40  # instructions scanned before it for the message's strings
-PAIR = 8  # how far back an ADD looks for the ADRP of its register
 _FAIL = {
     "torchCheckFail": "TORCH_CHECK",
     "NotImplementedErrorC": "TORCH_CHECK_NOT_IMPLEMENTED",
@@ -58,107 +62,15 @@ class Site:
     parts: tuple[str, ...]  # the C strings referenced: message fragments (and __func__)
 
 
-@dataclass
-class _Image:
-    data: bytes
-    sections: dict
-    symbols: list  # (addr, name) of __text, sorted
-    stubs: dict  # stub address -> imported symbol name
-    decoded: tuple | None = None
+def _decode(image: Image):
+    """The arrays the checks read (macho_arm64 caches them on the image): (text address, ADRP+ADD / ADR
+    address targets, MOVZ immediates, destination registers, BL targets)."""
+    return image.text()[0], image.addresses(), image.movz(), image.registers(), image.calls()
 
 
-def _load(data: bytes) -> _Image:
-    """Parse the Mach-O load commands: sections, the symbol table and the stubs' names."""
-    magic, _, _, _, ncmds, _, _, _ = struct.unpack_from("<IiiIIIII", data, 0)
-    if magic != 0xFEEDFACF:
-        raise ValueError("not a 64-bit Mach-O image")
-    off, sections, order, symtab, dysym = 32, {}, [], None, None
-    for _ in range(ncmds):
-        cmd, size = struct.unpack_from("<II", data, off)
-        if cmd == 0x19:
-            nsects = struct.unpack_from("<I", data, off + 64)[0]
-            for s in range(nsects):
-                so = off + 72 + 80 * s
-                name = data[so:so + 16].rstrip(b"\0").decode() + "," + data[so + 16:so + 32].rstrip(b"\0").decode()
-                addr, sz, offset, _, _, _, _, r1, r2, _ = struct.unpack_from("<QQIIIIIIII", data, so + 32)
-                sections[name] = (addr, sz, offset, r1, r2)
-                order.append(name)
-        elif cmd == 0x2:
-            symtab = struct.unpack_from("<IIII", data, off + 8)
-        elif cmd == 0xB:
-            dysym = struct.unpack_from("<18I", data, off + 8)
-        off += size
-    text_index = order.index("__text,__TEXT") + 1
-    names, symbols = _symbols(data, symtab, text_index)
-    return _Image(data, sections, symbols, _stubs(data, sections, names, dysym))
-
-
-def _symbols(data: bytes, symtab, text_index: int) -> tuple[list[str], list]:
-    """(every symbol's name by index, sorted (addr, name) of the text section's symbols)."""
-    symoff, nsyms, stroff, _ = symtab
-    names, text = [], []
-    for i in range(nsyms):
-        strx, ntype, nsect, _, value = struct.unpack_from("<IBBHQ", data, symoff + 16 * i)
-        end = data.index(b"\0", stroff + strx)
-        name = data[stroff + strx:end].decode("latin-1")
-        names.append(name)
-        if ntype & 0x0E == 0x0E and nsect == text_index and not ntype & 0xE0:
-            text.append((value, name))
-    return names, sorted(text)
-
-
-def _stubs(data: bytes, sections, names: list[str], dysym) -> dict:
-    """Stub address -> the imported symbol it jumps to."""
-    addr, size, _, first, stride = sections["__stubs,__TEXT"]
-    indirectoff = dysym[12]
-    out = {}
-    for i in range(size // stride):
-        index = struct.unpack_from("<I", data, indirectoff + 4 * (first + i))[0]
-        if index < len(names):
-            out[addr + i * stride] = names[index]
-    return out
-
-
-def _decode(image: _Image):
-    """Arrays over the text section: ADRP+ADD string targets, MOVZ immediates, BL targets (cached)."""
-    if image.decoded is None:
-        image.decoded = _decode_text(image)
-    return image.decoded
-
-
-def _decode_text(image: _Image):
-    """_decode's body."""
-    addr, size, offset, _, _ = image.sections["__text,__TEXT"]
-    insn = np.frombuffer(image.data, dtype="<u4", count=size // 4, offset=offset).astype(np.int64)
-    pc = addr + 4 * np.arange(insn.size, dtype=np.int64)
-    rd = insn & 0x1F
-    is_adrp = (insn & 0x9F000000) == 0x90000000
-    imm = (((insn >> 5) & 0x7FFFF) << 2) | ((insn >> 29) & 3)
-    imm = np.where(imm >= 1 << 20, imm - (1 << 21), imm)
-    page = np.where(is_adrp, (pc & ~0xFFF) + (imm << 12), -1)
-    is_add = (insn & 0xFF800000) == 0x91000000
-    rn = (insn >> 5) & 0x1F
-    target = np.full(insn.size, -1, dtype=np.int64)
-    for back in range(PAIR, 0, -1):  # the nearest ADRP of the same register wins
-        prev_page = np.concatenate([np.full(back, -1), page[:-back]])
-        prev_rd = np.concatenate([np.full(back, -1), rd[:-back]])
-        hit = is_add & (prev_page >= 0) & (prev_rd == rn)
-        target = np.where(hit, prev_page + ((insn >> 10) & 0xFFF), target)
-    movz = np.where((insn & 0xFF800000) == 0x52800000, (insn >> 5) & 0xFFFF, -1)
-    is_bl = (insn & 0xFC000000) == 0x94000000
-    off26 = insn & 0x3FFFFFF
-    off26 = np.where(off26 >= 1 << 25, off26 - (1 << 26), off26)
-    bl = np.where(is_bl, pc + 4 * off26, -1)
-    return addr, target, movz, rd, bl
-
-
-def _cstring(image: _Image, address: int) -> str | None:
+def _cstring(image: Image, address: int) -> str | None:
     """The C string at `address` when it lies in __cstring."""
-    start, size, offset, _, _ = image.sections["__cstring,__TEXT"]
-    if not start <= address < start + size:
-        return None
-    pos = offset + address - start
-    return image.data[pos:image.data.index(b"\0", pos)].decode("utf-8", "replace")
+    return image.cstring(address)
 
 
 def _macro(name: str | None) -> str | None:
@@ -168,7 +80,7 @@ def _macro(name: str | None) -> str | None:
     return next((macro for key, macro in _FAIL.items() if key in name), None)
 
 
-def load(data: bytes) -> _Image:
+def load(data: bytes) -> Image:
     """The parsed image of a dylib's bytes (pass it to find_sites and callers to parse once)."""
     return _load(data)
 
@@ -216,7 +128,7 @@ def _symbol(name: str) -> str:
     return re.sub(r"\.cold\.\d+$", "", name)
 
 
-def _source_paths(image: _Image) -> dict[int, str]:
+def _source_paths(image: Image) -> dict[int, str]:
     """Address -> text of every C string that is a source file's path (any directory: c10 headers
     inlined into a kernel carry their own, so their checks are not taken for the kernel's)."""
     start, size, offset, _, _ = image.sections["__cstring,__TEXT"]
@@ -236,7 +148,7 @@ def _message(strings) -> tuple[str, ...]:
     return tuple(dict.fromkeys(kept))
 
 
-def _all_failure_calls(image: _Image, bl) -> list[int]:
+def _all_failure_calls(image: Image, bl) -> list[int]:
     """Sorted indices of every call to a failure function (any source file)."""
     wanted = np.fromiter((a for a, name in image.stubs.items() if _macro(name)), dtype=np.int64)
     return np.nonzero(np.isin(bl, wanted))[0].tolist()

@@ -64,6 +64,7 @@ class EarlierPath:
     ran: OpKey
     message: str
     source: str
+    within: OpKey | None = None  # the C++ composite whose kernel made the call (composite_callees.txt checks it)
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,8 @@ def _earlier_path(entry: dict) -> tuple:
     """An earlier_paths entry as a one-element tuple."""
     _require(entry, ("op", "ran", "releases", "message", "source"), "earlier_paths")
     op, ran = OpKey.from_yaml(entry["op"]), OpKey.from_yaml(entry["ran"])
-    return (EarlierPath(op, ran, str(entry["message"]), str(entry["source"])),)
+    within = OpKey.from_yaml(entry["within"]) if entry.get("within") else None
+    return (EarlierPath(op, ran, str(entry["message"]), str(entry["source"]), within),)
 
 
 def _device_branches(entries: list[dict]) -> Mapping[OpKey, DeviceBranch]:

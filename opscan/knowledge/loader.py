@@ -31,6 +31,7 @@ from types import MappingProxyType
 from opscan.errors import OpscanError
 from opscan.knowledge.build import YAML, installed_file, read_installed
 from opscan.knowledge.common_mps import CommonMps, Macos, from_records, parse_macos
+from opscan.knowledge.composite_callees import CALLEES_PATH
 from opscan.knowledge.entry import load_store
 from opscan.knowledge.kernel_checks import CHECKS_PATH
 from opscan.knowledge.kernel_rules import RULES_PATH, Limits, release_limits
@@ -47,7 +48,7 @@ from opscan.knowledge.facts import (
 from opscan.knowledge.opinfo import MAP_PATH, OpinfoMap, load_opinfo_map
 from opscan.knowledge.optable import OpTable
 from opscan.knowledge.silent_bugs import BUGS_PATH, CHIPS
-from opscan.knowledge.silent_bugs import for_release as silent_for
+from opscan.knowledge.silent_bugs import bugs_for_release as silent_for
 from opscan.knowledge.sources import yaml_records
 from opscan.opkey import OpKey, Release
 
@@ -254,7 +255,7 @@ def _macos(facts: ReleaseFacts, macos: str | None) -> tuple[Macos, str]:
 def _version(table: OpTable, yaml_release: str | None, all_facts: Facts, entry: str | None) -> str:
     """kb_version: the yaml digest, the facts count and a digest of every shipped data file."""
     h = hashlib.sha256()
-    for path in (FACTS_PATH, TORCHVISION_PATH, MAP_PATH, CHECKS_PATH, RULES_PATH, BUGS_PATH):
+    for path in (FACTS_PATH, TORCHVISION_PATH, MAP_PATH, CHECKS_PATH, RULES_PATH, BUGS_PATH, CALLEES_PATH):
         try:
             with open(path, "rb") as fh:
                 h.update(fh.read())

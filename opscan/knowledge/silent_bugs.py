@@ -4,7 +4,7 @@ An entry names the ops it concerns (as MPS dispatches them), the condition in co
 op's arguments (named by `signatures`), the releases it affects and the release that fixes it (or "open"), the
 macOS range and chip families it is limited to, the workaround, how its releases were established and its
 source. `load_bugs()` reads and validates the file (ValueError naming the entry on anything malformed);
-`for_release(release)` is the entries that affect a release, by op (Knowledge.silent). No torch import.
+`bugs_for_release(release)` is the entries that affect a release, by op (Knowledge.silent). No torch import.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def load_bugs(path: str = BUGS_PATH) -> tuple[dict[str, tuple[str, ...]], tuple[
 
 
 @functools.lru_cache(maxsize=64)
-def for_release(release: str, path: str = BUGS_PATH) -> Mapping[str, tuple[SilentBug, ...]]:
+def bugs_for_release(release: str, path: str = BUGS_PATH) -> Mapping[str, tuple[SilentBug, ...]]:
     """yaml op name -> the entries that affect `release`."""
     by_op: dict[str, list[SilentBug]] = {}
     for bug in load_bugs(path)[1]:

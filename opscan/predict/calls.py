@@ -8,7 +8,7 @@ takes the worst of its calls.
 
 from __future__ import annotations
 
-from opscan.predict import silent
+from opscan.predict import release_paths, silent
 from opscan.predict.runtime_checks import call_args, needs_args, note_from_shapes
 from opscan.predict.dtype_rules import NO_MPS_DTYPES
 from opscan.predict.rules import predict_op
@@ -58,11 +58,15 @@ def _classify(call: MpsCall, kb: Knowledge, note, args=None) -> Classification:
             f"tensors): it only builds tensor metadata, no kernel runs (torch {kb.release})",
             kb.yaml_source,
         ))
+    if call.rule == release_paths.RULE:
+        return release_paths.judge_added(call, kb)
     if call.rule == "mps-copy" and not _wide(call.dtypes):
         return Classification(Verdict.NATIVE, Evidence(
             "mps-copy", f"copy_ into or out of an MPS tensor runs MPS's own copy (torch {kb.release})", SRC_COPY))
     found = predict_op(call.op, call.dtypes, kb, callees=call.callees or None, args_note=note, cpu_op=call.cpu_op,
                        args=args)
+    if call.rule == release_paths.UNKNOWN_RULE:
+        return release_paths.judge_unknown(found, call, kb)
     if call.rule and found.verdict == Verdict.NATIVE:
         text = f"{found.evidence.text}; MPS dispatches it where the CPU trace shows {call.cpu_op} (rule {call.rule})"
         return Classification(found.verdict, Evidence(found.evidence.rule, text, found.evidence.source),

@@ -160,7 +160,7 @@ def mismatch(bug: SilentBug, call, kb) -> Classification:
 def size_entry(call, release: str) -> SilentBug | None:
     """The first entry with a size condition that affects `release` and whose condition the call meets, whatever
     the macOS and chip (a probe runs on the Mac it runs on): measured mode probes such a call at its real size."""
-    from opscan.knowledge.silent_bugs import for_release
+    from opscan.knowledge.silent_bugs import bugs_for_release as for_release
     from opscan.opkey import Release
 
     try:

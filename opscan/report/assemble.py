@@ -43,7 +43,8 @@ def build_report(prepared, model: str, predicted: list, memory, measurement) -> 
     summary["notes"][:0] = [target.fake.reason] if target.fake is not None else []
     return Report(
         opscan_version=__version__, kb_version=kb.kb_version, model=model, model_name=target.name,
-        mode=_mode(measurement), assumptions=_assumptions(trace.torch_version, kb, measurement),
+        mode=_mode(measurement),
+        assumptions=_assumptions(trace.torch_version, kb, measurement, getattr(prepared, "notes", ())),
         environment=environment(), phases=count_phases(trace.calls), rows=rows, trace=summary,
         modules=trace.modules, upgrade={**upgrade.to_dict(), "source": Source.PREDICTED.value},
         memory={**memory, "source": Source.PREDICTED.value} if memory else None,
@@ -77,7 +78,8 @@ def graph_stage(trace, view, verdicts, rows, memory: dict[str, Any] | None = Non
     from opscan.graph.transfers import account, regions, transfer_section
 
     graphs = {} if graphs is None else graphs
-    if (key := tuple(verdicts)) not in graphs:
+    # a release's view can differ from another's (predict/release_paths.py): the calls are part of the key
+    if (key := (tuple(verdicts), tuple((c.index, c.op) for c in view))) not in graphs:
         graphs[key] = build_graph(trace, view, verdicts)
         graphs[key].graph["transfers"] = account(graphs[key])  # per-call copies for the GraphML export
     g = graphs[key]
@@ -138,7 +140,7 @@ def view_summary(trace, view) -> list[dict[str, Any]]:
             for (rule, mode), n in counts.items()]
 
 
-def _assumptions(torch_version: str, kb, measurement=None) -> dict[str, Any]:
+def _assumptions(torch_version: str, kb, measurement=None, notes=()) -> dict[str, Any]:
     measured_on = {} if measurement is None else {"measured_on": measurement.where.label}
     return {
         "torch_release": kb.release,
@@ -146,7 +148,7 @@ def _assumptions(torch_version: str, kb, measurement=None) -> dict[str, Any]:
         "macos": ".".join(map(str, kb.macos)),
         "macos_source": kb.macos_source,
         "kb_entry": kb.origin if kb.entry is None else f"{kb.origin}: releases/{kb.entry}",
-        "notes": list(kb.notes) + _what_if(torch_version, kb),
+        "notes": list(kb.notes) + _what_if(torch_version, kb) + list(notes),
         "chip": kb.chip or "any Apple Silicon (M1 or newer)",
         "fallback_env": "unset",
         **measured_on,

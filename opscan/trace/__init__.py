@@ -43,12 +43,14 @@ def _never(op: OpKey) -> bool:
 
 def trace_step(target: Target, options: TraceOptions = TraceOptions(), *,
                has_mps_kernel: Callable[[OpKey], bool] | None = None,
-               expand: Callable[[OpKey], bool] = _never, memory: Callable | None = None) -> Trace:
+               expand: Callable[[OpKey], bool] = _never, memory: Callable | None = None,
+               spans: frozenset[str] = frozenset()) -> Trace:
     """Run the target's step once under the recorder and return what was dispatched.
 
     `has_mps_kernel(op)` turns the lens on for the predicted-for release (a row that needs an MPS kernel
     applies when that release has it); None leaves the lens's rows off;
-    `expand(op)` names the composites whose callees should be recorded (see recorder.py).
+    `expand(op)` names the composites whose callees should be recorded (see recorder.py);
+    `spans`: CompositeImplicitAutograd ops (yaml names) whose calls the lens records as "span" groups (lens.py).
     The defaults record the plain CPU trace; every answer these give is kept in `Trace.asked` (questions.py).
     A target built with fake tensors (`target.fake`) is traced inside the same FakeTensorMode.
     `memory(model, inputs, clock)`, when given, returns a storage tracker (opscan.memory.tracker.track_step)
@@ -56,10 +58,10 @@ def trace_step(target: Target, options: TraceOptions = TraceOptions(), *,
     the index of the call being recorded.
     """
     with collector.spared(), fake.entered(target.fake):  # the imports and the model outlive the trace
-        return _trace(target, options, has_mps_kernel, expand, memory)
+        return _trace(target, options, has_mps_kernel, expand, memory, spans)
 
 
-def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory=None) -> Trace:
+def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory=None, spans=frozenset()) -> Trace:
     torch.manual_seed(options.seed)
     model, inputs = _prepared(target, options)
     gm, fx_info = fxnodes.symbolic(model) if options.fx else (None, FxInfo(False, "disabled (--no-fx)"))
@@ -69,7 +71,8 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
     phases = PhaseTracker(tracker)
     release = Questions(has_mps_kernel, expand, options.macos)  # what the trace asks of the release, kept
     recorder = CallRecorder(tracker, mapper, phases, release.expands)
-    lens = Lens(release, clock=lambda: len(recorder.calls), tracker=tracker, paused=lambda: recorder.expanding)
+    lens = Lens(release, clock=lambda: len(recorder.calls), tracker=tracker, paused=lambda: recorder.expanding,
+                spans=spans)
     recorder.index_parameters(model)
     recorder.index_placement(model, inputs)
     below = memory(model, inputs, lambda: len(recorder.calls) - 1) if memory else None

@@ -8,6 +8,9 @@ condition and its source, and whose kernel must exist in the release's yaml:
   one op and one backward op;
 - "steer" rows run the branch MPS takes instead of the CPU one (attention takes the math path on
   MPS unless its own kernel applies), so the recorder sees MPS's own op list.
+Besides its rows, the lens records "span" groups for the span ops it is given (`spans`: composites whose C++
+kernel differs between releases, composite_callees.txt): the calls one such call dispatched, so the predict stage
+can judge them by another release's kernel (predict/release_paths.py). The same for every release.
 
 Where it looks: every row is a CompositeImplicitAutograd aten op, and the lens is a kernel for that
 op at the autograd keys (AutogradCPU, AutogradMeta; hooks.py), where a CIA op is decomposed. So it
@@ -39,6 +42,10 @@ SRC_SDPA = ("aten/src/ATen/native/transformers/attention.cpp scaled_dot_product_
             "choose another backend, so MPS runs the math path in every 2.x release unless its own kernel applies "
             "(2.5+; main-branch copy, mps_facts.md §8)")
 SRC_LSTM = "mps_facts.md §8: at::native::lstm calls _lstm_mps for MPS input [bin]"
+SPAN_RULE = "composite-span"
+SPAN_CONDITION = ("a CompositeImplicitAutograd op whose C++ kernel calls other ops in some covered release: the calls "
+                  "it dispatched, kept as a span")
+SPAN_SOURCE = "opscan/knowledge/composite_callees.txt (tools/build_composite_callees.py) [bin]"
 
 
 @dataclass(frozen=True)
@@ -117,16 +124,17 @@ class Lens:
     re-runs a composite to record its callees (the lens leaves those calls as they are)."""
 
     def __init__(self, release: Questions | None, clock: Callable[[], int] | None = None, tracker=None,
-                 paused: Callable[[], bool] | None = None):
+                 paused: Callable[[], bool] | None = None, spans: frozenset[str] = frozenset()):
         self.release, self.clock, self.tracker = release, clock, tracker
         self.paused = paused or (lambda: False)
+        self.spans = spans
         self.table = {b.op: b for b in BRANCHES} if release is not None and release.kernel_of is not None else {}
         self.groups: list[Group] = []
         self._inside: list[str] = []  # the modes of the decisions running now ("replace" | "steer")
         self._gate = FastPathGate()
 
     def __enter__(self) -> Lens:
-        activate(self, tuple(b.op for b in BRANCHES))
+        activate(self, tuple(b.op for b in BRANCHES), tuple(sorted(self.spans)))
         self._gate.__enter__()
         return self
 
@@ -142,7 +150,7 @@ class Lens:
         decision = row.decide(args, kwargs, _grad_needed(args, kwargs), self.release.macos_at_least,
                               lambda: self.release.has_kernel(row.kernel))
         if decision is None:
-            return run()
+            return self.span(name, run, args, kwargs) if name in self.spans else run()
         start = self.clock() if self.clock else 0
         self._inside.append(decision[0])
         try:
@@ -150,6 +158,22 @@ class Lens:
         finally:
             self._inside.pop()
         self._record(row, decision, start, args, kwargs, out)
+        return out
+
+    def span(self, name: str, run: Callable, args, kwargs):
+        """Run one call of a span op (a composite whose C++ kernel calls other ops in other releases) and record
+        the calls it dispatched as a "span" group, so a later stage can judge them by another release's kernel
+        (predict/release_paths.py). Independent of the release: the trace stays one for every release."""
+        if "replace" in self._inside:
+            return run()  # MPS runs the replaced outer op, not this one
+        start = self.clock() if self.clock else 0
+        out = run()
+        if self.clock is not None and self.clock() > start:
+            self.groups.append(Group(
+                rule=SPAN_RULE, mode="span", forward=OpKey.from_yaml(name), backward=None, start=start,
+                end=self.clock(), nodes=frozenset(), dtypes=tuple(_dtype(t) for t in _tensor_args(args, kwargs)),
+                module=(self.tracker.current if self.tracker else None) or "", condition=SPAN_CONDITION,
+                source=SPAN_SOURCE))
         return out
 
     def steered(self, row, run: Callable):

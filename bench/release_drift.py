@@ -1,0 +1,140 @@
+"""Report: the drifted C++ composites the zoo's traces run, release by release (issue 24 (b), docs/release-drift.md).
+
+For each model of bench/zoo.yaml (or --only NAME ...), the step is traced as opscan/zoo/releases.py does (one trace
+per distinct set of answers to the trace's questions) and every covered release is judged twice: as opscan does
+(the composites the trace ran judged by that release's kernels, predict/release_paths.py) and with that rule off
+(the installed torch's C++ paths). It prints, per model, each composite the trace ran whose kernel differs in some
+release, what happened to it in which releases (`changed`: rows judged by the release's callees; `unjudged`: the
+release's extra callees sit on branches the step did not take; `unknown`: not known), and the cells whose result
+(lane or blocking rows) the rule changes:
+
+    python bench/release_drift.py --only vision_transformer bert > /tmp/drift.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from zoo import options_of  # noqa: E402
+
+_NOTE = re.compile(r"^(release-callees(?:-unknown)?): (.*)$")
+
+
+def judge_model(options) -> tuple[dict, dict, float]:
+    """({release: notes}, {release: (with the rule, without it)} ReleaseResults, seconds) of one model."""
+    from opscan import scan as scan_module
+    from opscan.knowledge import kb_releases, load_knowledge
+    from opscan.zoo.releases import _serving, _traced, result_of
+
+    base = replace(options, memory=False, torch_version=None)
+    traced, notes, results = [], {}, {}
+    start = time.perf_counter()
+    for release in kb_releases():
+        kb = load_knowledge(release=release)
+        index = _serving(traced, kb)
+        if index is None:
+            traced.append(_traced(replace(base, torch_version=release), None))
+            index = len(traced) - 1
+        prepared = replace(traced[index][0], kb=kb)
+        with_rule = scan_module.scan(replace(base, torch_version=release), prepared=prepared)
+        notes[release] = [n for n in with_rule.assumptions["notes"] if _NOTE.match(n)]
+        real = scan_module.for_release
+        scan_module.for_release = lambda p: p  # the rule off: the installed torch's C++ paths
+        try:
+            without = scan_module.scan(replace(base, torch_version=release), prepared=prepared)
+        finally:
+            scan_module.for_release = real
+        results[release] = (result_of(with_rule, release), result_of(without, release))
+    return notes, results, time.perf_counter() - start
+
+
+def composites(notes: dict) -> dict[str, dict[str, list[str]]]:
+    """composite -> {what (changed, unjudged, unknown): [releases]} from the notes."""
+    out: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for release, lines in notes.items():
+        for line in lines:
+            rule, text = _NOTE.match(line).groups()
+            if rule.endswith("unknown"):
+                op = text.split("C++ kernel of ", 1)[1].split(" calls", 1)[0]
+                out[op]["unknown"].append(release)
+                continue
+            kind = "unjudged" if "not judged" in text else "changed"
+            listed = text.split("not judged: ", 1)[1] if kind == "unjudged" else \
+                text.split("judged by", 1)[1].split(": ", 1)[1]
+            for part in listed.split("; "):
+                out[part.split(":", 1)[0]][kind].append(release)
+    return out
+
+
+def _cell(result) -> tuple:
+    """What a leaderboard cell shows: the lane, native or not, the blocking (op, verdict) pairs."""
+    return result.lane, result.native, sorted({(b.op, b.verdict) for b in result.blocking})
+
+
+def _blocking(result) -> str:
+    ops = sorted({b.op.removeprefix("aten::") for b in result.blocking})
+    return f" [{', '.join(ops)}]" if ops else ""
+
+
+def _runs(releases: list[str]) -> str:
+    from opscan.knowledge import kb_releases
+
+    order = kb_releases()
+    runs: list[list[str]] = []
+    for r in sorted(releases, key=order.index):
+        if runs and order.index(runs[-1][-1]) + 1 == order.index(r):
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return ", ".join(run[0] if len(run) == 1 else f"{run[0]}..{run[-1]}" for run in runs)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--manifest", default=str(BENCH / "zoo.yaml"))
+    parser.add_argument("--only", nargs="*", help="only these entries")
+    args = parser.parse_args(argv)
+    manifest = yaml.safe_load(Path(args.manifest).read_text(encoding="utf-8"))
+    models = {name: {**manifest.get("defaults", {}), **entry} for name, entry in manifest["models"].items()
+              if not args.only or name in args.only}
+    print("| model | composite (drifted) | judged by the release's callees | extra callees, unjudged | "
+          "not known | cells changed (release: without -> with) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    total = changed_cells = other_cells = 0
+    for name, entry in models.items():
+        try:
+            notes, results, seconds = judge_model(options_of(entry))
+        except Exception as exc:  # noqa: BLE001 - a model that fails is a line
+            print(f"| {name} | failed: {type(exc).__name__}: {str(exc)[:100]} | | | | |", flush=True)
+            continue
+        cells = [f"{r}: {old.lane}{_blocking(old)} -> {new.lane}{_blocking(new)}"
+                 for r, (new, old) in results.items() if _cell(new) != _cell(old)]
+        rows_only = sum(1 for new, old in results.values() if new != old and _cell(new) == _cell(old))
+        total += len(results)
+        changed_cells += len(cells)
+        other_cells += rows_only
+        shown = ("; ".join(cells) or "-") + (f" (+{rows_only} rows only)" if rows_only else "")
+        found = composites(notes) or {"-": {}}
+        for i, (op, what) in enumerate(sorted(found.items())):
+            print(f"| {name if i == 0 else ''} | {op} | {_runs(what.get('changed', [])) or '-'} | "
+                  f"{_runs(what.get('unjudged', [])) or '-'} | {_runs(what.get('unknown', [])) or '-'} | "
+                  f"{shown if i == 0 else ''} |", flush=True)
+        print(f"release_drift: {name} {seconds:.0f} s", file=sys.stderr, flush=True)
+    print(f"\n{len(models)} models, {total} cells: release-callees changes the lane or the blocking rows of "
+          f"{changed_cells}, only the rows' list or evidence of {other_cells} more")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
