@@ -74,7 +74,7 @@ CL_SLICE = meta((2, 2, 3, 3), (36, 1, 12, 4))  # x_cl[:, :2]: looks channels_las
 T = meta((8, 4), (1, 8))  # transposed
 # entry id -> (call, release it affects, its fixing release or None when open, macos, chip)
 CASES = {
-    "161640": (linear(meta((4, 8)), meta((4, 8), (16, 1))), "2.8.0", "2.9.0", None, None),
+    "161640": (linear(meta((4, 8)), meta((4, 8), (16, 1))), "2.8.0", "2.9.0", "15.0", None),
     "133520": (call("native_batch_norm", [meta((2, 4, 6, 6), offset=144), meta((4,)), meta((4,))],
                     ("<tensor>", "<tensor>", "<tensor>", None, None, True, 0.1, 1e-5)), "2.4.0", "2.5.0", None, None),
     "187117": (call("mul.Tensor", [meta((4, 8)), meta((), (), offset=3, host=True)]), "2.12.0", "2.14.0", None, None),
@@ -82,7 +82,7 @@ CASES = {
                "15.0", None),
     "197636": (call("bmm", [meta((65537, 256, 64)), meta((65537, 64, 256), (16384, 1, 64))]), "2.14.1", None, None,
                None),
-    "189495": (linear(meta((65537, 11, 128)), meta((512, 128)), meta((512,))), "2.12.0", "2.14.0", None, None),
+    "189495": (linear(meta((65537, 11, 128)), meta((512, 128)), meta((512,))), "2.12.0", "2.14.0", "15.0", None),
     "163597": (sdpa(meta((1, 2, 4, 64), (512, 64, 128, 1)), meta((1, 2, 4, 64)), meta((1, 2, 4, 64))), "2.8.0",
                "2.9.0", None, None),
     "181133": (sdpa(*[meta((4, 3, 3, 64), (576, 64, 192, 1))] * 3), "2.10.0", "2.12.0", None, None),
@@ -98,7 +98,7 @@ CASES = {
                     ("<tensor>", 0, "<tensor>")), "2.13.0", "2.14.0", None, None),
     "180776": (linear(meta((2, 13, 1024), dtype="float16"), meta((8, 1024), dtype="float16")), "2.12.0", "2.13.0",
                "26.4", "M5"),
-    "188438": (linear(meta((80, 1, 2)), meta((4, 2)), meta((4,))), "2.13.0", "2.14.0", "26.0", None),
+    "188438": (linear(meta((80, 1, 2)), meta((4, 2)), meta((4,))), "2.13.0", "2.14.0", "26.0", "M1"),
     "116769": (call("mm", [meta((1024, 1)), meta((1, 32769))]), "2.2.0", "2.3.0", "14.1", None),
     "174345": (call("avg_pool2d", [meta((2, 4, 3, 3), (36, 1, 12, 4), offset=36)], ("<tensor>", [2, 2])),
                "2.10.0", "2.11.0", None, None),
@@ -229,14 +229,16 @@ def test_linear_with_a_sliced_weight_is_flagged_at_2_8_only():
 
     import jsonschema
 
-    report = _scan("sliced_weight", "2.8.0")
+    report = _scan("sliced_weight", "2.8.0", macos="15.0")  # the no-graph path runs on macOS 15+ only
     schema = json.load(open(os.path.join(os.path.dirname(TARGETS), "..", "..", "opscan", "schema",
                                          "report-v2.json"), encoding="utf-8"))
     jsonschema.Draft202012Validator(schema).validate(json.loads(json.dumps(report.to_dict())))
     row = _rule(report, "aten::linear")
     assert row.evidence.rule == "silent-bug-161640" and report.lane.name.value == "linux-gpu-first"
     assert report.upgrade["target"] is not None and report.upgrade["first_native"] == "2.9.0"
-    assert _rule(_scan("sliced_weight", "2.9.0"), "aten::linear").verdict == Verdict.NATIVE
+    assert _rule(_scan("sliced_weight", "2.9.0", macos="15.0"), "aten::linear").verdict == Verdict.NATIVE
+    at_the_minimum = _rule(_scan("sliced_weight", "2.8.0"), "aten::linear")  # macOS 14: the graph path, a note
+    assert at_the_minimum.verdict == Verdict.NATIVE and "give --macos to decide" in at_the_minimum.evidence.text
 
 
 @pytest.mark.parametrize("factory", ["denoiser", "schedule_in_step"])
