@@ -109,3 +109,37 @@ def test_a_model_with_a_scheduler_scans_as_with_no_fx(target):
     assert [(r.op, r.dtypes, r.verdict, r.calls) for r in with_fx.rows] == \
         [(r.op, r.dtypes, r.verdict, r.calls) for r in without.rows]
     assert with_fx.lane.name == "mac-first"
+
+
+# --- 1. complex FFT: the OpInfo map records what complex64 samples dispatch -------------------------
+
+
+def test_a_spectral_layer_in_complex64_is_native_where_the_list_says_so():
+    """FNO's spectral conv: rfft2 -> complex64 channel mixing -> irfft2. common_mps.py 2.14.1 lists
+    fft.irfft2, fft.fft, ... as complex-supported, and their complex64 samples dispatch _fft_c2r/_fft_c2c."""
+    report = scan(_options("spectral"))
+    assert _rows(report) == set()
+    assert report.lane.name == "mac-first"
+    fft = {r.op.name: r for r in report.rows if r.op.name.startswith("_fft_")}
+    assert set(fft) == {"_fft_r2c", "_fft_c2r", "_fft_c2c"} and fft["_fft_c2r"].dtypes == ("complex64",)
+
+
+def test_the_map_records_the_complex64_dispatch_of_fft_opinfos():
+    from opscan.knowledge import load_knowledge
+    from opscan.predict.rules import predict_op
+    from opscan.opkey import OpKey
+
+    kb = load_knowledge(release="2.14.1")
+    assert "_fft_c2r" in kb.opinfo.rows["fft.irfft2"].dispatched["complex64"]
+    assert "_fft_c2c" in kb.opinfo.rows["fft.ifft"].dispatched["complex64"]
+    assert kb.opinfo.rows["fft.irfft2"].overloads == ()  # its float32 samples carry no expectation
+    c2r = predict_op(OpKey.parse("aten::_fft_c2r"), ("complex64",), kb)
+    assert c2r.verdict is Verdict.NATIVE
+    # 2.8.0 lists the FFT OpInfos in AFTER_MACOS_14_0_SUPPORTED_COMPLEX_OPS (below macOS 14, complex64
+    # itself is missing: facts.yaml's dtype limit decides first)
+    old = predict_op(OpKey.parse("aten::_fft_c2r"), ("complex64",), load_knowledge(release="2.8.0", macos="13.0"))
+    assert old.verdict is Verdict.UNSUPPORTED_DTYPE
+    assert predict_op(OpKey.parse("aten::_fft_c2r"), ("complex64",),
+                      load_knowledge(release="2.8.0", macos="14.0")).verdict is Verdict.NATIVE
+    # an op no complex-supported OpInfo runs in complex stays unsupported
+    assert predict_op(OpKey.parse("aten::topk"), ("complex64",), kb).evidence.rule == "dtype-complex"

@@ -6,8 +6,9 @@ Pure: no torch, no I/O. Each rule takes classify's call record (`op`, `dtypes`, 
 * `dtype-float64`: float64 / complex128 never exist on MPS;
 * `dtype-release`: a dtype the release lacks entirely or below a macOS (facts.yaml `dtype_limits`);
 * `dtype-complex`: complex64 only for ops PyTorch's tests expect to work in complex (the release's
-  SUPPORTED_COMPLEX_OPS, matched by name or through opinfo_map.txt); `dtype-complex-no-list` when
-  the release has no common_mps.py;
+  SUPPORTED_COMPLEX_OPS, matched by name or through opinfo_map.txt: an OpInfo mapped to the op, or
+  one whose complex64 samples dispatched it with a complex tensor, its `dispatch` line: `fft.irfft2`
+  runs `_fft_c2r`); `dtype-complex-no-list` when the release has no common_mps.py;
 * `dtype-xfail` / `macos-gate`: the release's UNIMPLEMENTED_XFAILLIST (and its macOS-gated entries,
   and the MACOS_BEFORE_14_4 / 15_0 lists) expect the OpInfos carried by this op to fail for the
   call's first input dtype. An OpInfo's expectation reaches an aten op only through
@@ -29,6 +30,7 @@ from opscan.verdict import Classification, Evidence, Verdict
 CHECK_ON_MAC = "check on a Mac with PYTORCH_MPS_LOG_PROFILE_INFO=68"
 NO_MPS_DTYPES = frozenset({"float64", "complex128"})
 COMPLEX = frozenset({"complex64", "complex32"})
+COMPLEX64 = "complex64"  # the dtype of opinfo_map.txt's `dispatch` lines
 UNIMPLEMENTED = "UNIMPLEMENTED_XFAILLIST"
 # macOS-gated lists that describe missing support; 2.8's MACOS_BEFORE_13_3_XFAILLIST is commented
 # "Failures due to precision issues (due to fast-math)", so it is not one of them.
@@ -75,7 +77,8 @@ def complex_support(c) -> Classification | None:
                 f"of {c.op} is not known")
         return result(Verdict.UNKNOWN, "dtype-complex-no-list", text, f"{_FACTS} §3", CHECK_ON_MAC)
     supported = lists.supported_complex(c.kb.macos)
-    if lists.complex_match(c.op.name, c.kb.macos) or supported.intersection(opinfos_for(c)):
+    carried = opinfos_for(c) + opinfos_for(c, COMPLEX64)
+    if lists.complex_match(c.op.name, c.kb.macos) or supported.intersection(carried):
         return None
     text = (f"{c.op} has complex input and no OpInfo in SUPPORTED_COMPLEX_OPS of common_mps.py (torch "
             f"{c.release} wheel) matches it by name or dispatches it, so PyTorch expects complex64 to fail on MPS")
@@ -92,7 +95,8 @@ def expected_failure(c) -> Classification | None:
     entry = kb.yaml.get(c.op)
     runs = entry is not None and (kb.yaml.mps_kernel(c.op) or entry.composite or c.op in kb.facts.python_registrations)
     dtype = c.dtypes[0] if c.dtypes else None  # no dtypes (coverage): only expectations for every dtype
-    tested = [o for o in opinfos_for(c) if dtype is None or dtype in kb.opinfo.rows[o].mps_dtypes]
+    mapped = opinfos_for(c) + (opinfos_for(c, dtype) if dtype == COMPLEX64 else ())
+    tested = [o for o in dict.fromkeys(mapped) if dtype is None or dtype in kb.opinfo.rows[o].mps_dtypes]
     failing = {o: why for o in tested if (why := _fails(kb, o, dtype)) is not None}
     if not runs or not failing or len(failing) != len(tested):
         return None
@@ -142,12 +146,13 @@ def _gate(kb: Knowledge, name: str, opinfo: str) -> str | None:
     return kb.common_mps.gate_of(name, opinfo, kb.macos)
 
 
-def opinfos_for(c) -> tuple[str, ...]:
-    """OpInfo names opinfo_map.txt maps to this op, its CPU-side op, or their structured families."""
+def opinfos_for(c, dtype: str | None = None) -> tuple[str, ...]:
+    """OpInfo names opinfo_map.txt maps to this op, its CPU-side op, or their structured families; with
+    `dtype`, those whose samples in that dtype dispatched it (the map's `dispatch` lines) instead."""
     if c.kb.opinfo is None:
         return ()
     names = [c.op] + ([c.cpu_op] if c.cpu_op is not None else [])
-    families = _families(c.kb)
+    families = _families(c.kb, dtype)
     found = [o for op in names if op.namespace == "aten" for o in families.get(_family(c.kb, op.yaml_name), ())]
     rank = _rank(c)
     if rank is not None:  # a device-branch op of the MPS view, mapped per input rank (`OP@RANK`)
@@ -169,7 +174,7 @@ def ranked(kb: Knowledge, op) -> bool:
 @functools.lru_cache(maxsize=64)
 def _ranked_names(kb: Knowledge) -> frozenset[str]:
     """The ops opinfo_map.txt maps per rank (cached per knowledge base)."""
-    return frozenset(k.split("@", 1)[0] for k in _families(kb) if "@" in k)
+    return frozenset(k.split("@", 1)[0] for k in (*_families(kb), *_families(kb, COMPLEX64)) if "@" in k)
 
 
 def _family(kb: Knowledge, name: str) -> str:
@@ -180,9 +185,10 @@ def _family(kb: Knowledge, name: str) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _families(kb: Knowledge) -> dict[str, tuple[str, ...]]:
-    """Family -> OpInfo names mapped to any of its overloads (cached per knowledge base)."""
+def _families(kb: Knowledge, dtype: str | None = None) -> dict[str, tuple[str, ...]]:
+    """Family -> OpInfo names mapped to any of its overloads (with `dtype`: dispatched in it; cached)."""
     out: dict[str, list[str]] = {}
-    for overload, opinfos in kb.opinfo.by_overload.items():
+    index = kb.opinfo.by_overload if dtype is None else kb.opinfo.by_dispatch.get(dtype, {})
+    for overload, opinfos in index.items():
         out.setdefault(_family(kb, overload), []).extend(opinfos)
     return {k: tuple(dict.fromkeys(v)) for k, v in out.items()}
