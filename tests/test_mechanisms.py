@@ -143,3 +143,41 @@ def test_the_map_records_the_complex64_dispatch_of_fft_opinfos():
                       load_knowledge(release="2.8.0", macos="14.0")).verdict is Verdict.NATIVE
     # an op no complex-supported OpInfo runs in complex stays unsupported
     assert predict_op(OpKey.parse("aten::topk"), ("complex64",), kb).evidence.rule == "dtype-complex"
+
+
+# --- 2. an expectation holds only under the condition its comment states ---------------------------
+
+
+def test_bincount_expectation_applies_to_its_weighted_form_only():
+    """common_mps.py: "bincount": [int8..int64, uint8]  # returned output on CPU is float64 -- the OpInfo's
+    weighted samples (integer weights: float64 counts on the CPU). Unweighted and float32-weighted counting
+    runs on MPS."""
+    plain = scan(_options("bag_counts"))
+    assert _rows(plain) == set() and plain.lane.name == "mac-first"
+    assert _rows(scan(_options("bag_counts_weighted"))) == set()
+    weighted = scan(_options("bag_counts_int_weights"))
+    row = next(r for r in weighted.rows if r.op.name == "bincount")
+    assert (row.dtypes, row.verdict, row.evidence.rule) == (("int64", "int64"), Verdict.UNSUPPORTED_DTYPE, "dtype-xfail")
+    assert "'returned output on CPU is float64'" in row.evidence.text
+    assert "expectation_conditions.yaml" in row.evidence.source
+
+
+def test_every_condition_quotes_its_entry_comment_in_each_release():
+    from opscan.knowledge import load_knowledge
+    from opscan.knowledge.entry import load_store
+    from opscan.knowledge.expectations import load_conditions
+    from opscan.opkey import Release
+
+    releases = [line.release for line in load_store().index]
+    conditions = load_conditions()
+    assert conditions
+    for condition in conditions:
+        covered = [r for r in releases if condition.covers(r)]
+        assert covered, condition
+        for release in covered:
+            lists = load_knowledge(release=release).common_mps
+            assert lists.note(condition.list, condition.opinfo) == condition.comment, (release, condition.opinfo)
+        before = [r for r in releases if Release.parse(r).numbers < Release.parse(condition.first).numbers]
+        assert all(load_knowledge(release=r).common_mps is None or
+                   load_knowledge(release=r).common_mps.note(condition.list, condition.opinfo) != condition.comment
+                   for r in before)

@@ -11,7 +11,9 @@ Pure: no torch, no I/O. Each rule takes classify's call record (`op`, `dtypes`, 
   runs `_fft_c2r`); `dtype-complex-no-list` when the release has no common_mps.py;
 * `dtype-xfail` / `macos-gate`: the release's UNIMPLEMENTED_XFAILLIST (and its macOS-gated entries,
   and the MACOS_BEFORE_14_4 / 15_0 lists) expect the OpInfos carried by this op to fail for the
-  call's first input dtype. An OpInfo's expectation reaches an aten op only through
+  call's first input dtype; an entry whose comment states a condition (expectation_conditions.yaml:
+  bincount's float64 output is its weighted form's) only for calls that meet it. An OpInfo's
+  expectation reaches an aten op only through
   opinfo_map.txt, and only when *every* OpInfo mapped to the op (or to its structured family) that
   PyTorch tests in that dtype on MPS expects it to fail: one failing OpInfo never condemns every op
   it touches. Entries for every dtype (`None`) are not dtype facts (the yaml or a shape rule
@@ -25,6 +27,7 @@ import functools
 from opscan.knowledge import Knowledge
 from opscan.knowledge.common_mps import parse_macos
 from opscan.knowledge.conditions import TensorArg
+from opscan.knowledge.expectations import Condition, conditions_for, holds
 from opscan.verdict import Classification, Evidence, Verdict
 
 CHECK_ON_MAC = "check on a Mac with PYTORCH_MPS_LOG_PROFILE_INFO=68"
@@ -97,19 +100,23 @@ def expected_failure(c) -> Classification | None:
     dtype = c.dtypes[0] if c.dtypes else None  # no dtypes (coverage): only expectations for every dtype
     mapped = opinfos_for(c) + (opinfos_for(c, dtype) if dtype == COMPLEX64 else ())
     tested = [o for o in dict.fromkeys(mapped) if dtype is None or dtype in kb.opinfo.rows[o].mps_dtypes]
-    failing = {o: why for o in tested if (why := _fails(kb, o, dtype)) is not None}
+    failing = {o: why for o in tested if (why := _fails(kb, o, dtype, c.dtypes or None)) is not None}
     if not runs or not failing or len(failing) != len(tested):
         return None
     return _expected(c, dtype, failing)
 
 
 def _expected(c, dtype: str | None, failing: dict[str, tuple]) -> Classification:
-    """The Classification of an expected failure; `failing`: OpInfo -> (list, dtypes, gate)."""
-    gates = sorted({gate for _, _, gate in failing.values() if gate}, key=parse_macos)
-    dtype_specific = any(dtypes is not None for _, dtypes, _ in failing.values())
-    named = ", ".join(f"'{o}' ({lst}{f', below macOS {g}' if g else ''})" for o, (lst, _, g) in failing.items())
+    """The Classification of an expected failure; `failing`: OpInfo -> (list, dtypes, gate, condition)."""
+    gates = sorted({gate for _, _, gate, _ in failing.values() if gate}, key=parse_macos)
+    dtype_specific = any(dtypes is not None for _, dtypes, _, _ in failing.values())
+    named = ", ".join(f"'{o}' ({lst}{f', below macOS {g}' if g else ''}{_stated(cond)})"
+                      for o, (lst, _, g, cond) in failing.items())
     via = f"opinfo_map.txt maps them to {c.op}" + (f" (the CPU trace's {c.cpu_op})" if c.cpu_op else "")
     source = f"common_mps.py (torch {c.release} wheel) + {c.kb.opinfo.source}; {_FACTS} §3"
+    conditions = [cond.source for _, _, _, cond in failing.values() if cond is not None]
+    if conditions:
+        source = " + ".join([source, "expectation_conditions.yaml", *conditions])
     if dtype_specific:
         text = (f"PyTorch's own MPS tests expect {named} to fail for {dtype} in torch {c.release}; {via}, and "
                 f"every OpInfo mapped there that is tested in {dtype} expects the failure")
@@ -123,16 +130,34 @@ def _expected(c, dtype: str | None, failing: dict[str, tuple]) -> Classification
     return result(Verdict.UNKNOWN, "macos-gate", text, source, remedy)
 
 
-def _fails(kb: Knowledge, opinfo: str, dtype: str | None) -> tuple | None:
-    """(list, dtypes, gate) when `opinfo` is expected to fail in `dtype` at kb.macos, else None."""
+def _fails(kb: Knowledge, opinfo: str, dtype: str | None, dtypes: tuple[str, ...] | None = None) -> tuple | None:
+    """(list, dtypes, gate, condition) when `opinfo` is expected to fail in `dtype` at kb.macos for a call with
+    input `dtypes`, else None. An entry whose comment states a condition (expectation_conditions.yaml) holds
+    only for calls that meet it."""
     for name in (UNIMPLEMENTED, *GATE_LISTS):
-        dtypes = kb.common_mps.xfail(name, kb.macos).get(opinfo, "absent")
+        listed = kb.common_mps.xfail(name, kb.macos).get(opinfo, "absent")
         gate = _gate(kb, name, opinfo)
-        if dtypes == "absent" or (dtypes is None and gate is None):
+        if listed == "absent" or (listed is None and gate is None):
             continue
-        if dtypes is None or (dtype is not None and dtype in dtypes):
-            return name, dtypes, gate
+        if listed is None or (dtype is not None and dtype in listed):
+            condition = _condition(kb, name, opinfo)
+            if condition is not None and holds(condition, dtypes, kb.macos) is not True:
+                continue
+            return name, listed, gate, condition
     return None
+
+
+def _condition(kb: Knowledge, name: str, opinfo: str) -> Condition | None:
+    """The condition of an entry in this release, when its comment still says what the condition quotes."""
+    note = kb.common_mps.note(name, opinfo)
+    return next((c for c in conditions_for(name, opinfo, kb.release) if c.comment == note), None)
+
+
+def _stated(condition: Condition | None) -> str:
+    """", its comment '...' limits it to ...: this call meets it" for an entry with a condition, else ""."""
+    if condition is None:
+        return ""
+    return f", whose comment '{condition.comment}' limits it to calls where {condition.when}: {condition.means}"
 
 
 def _gate(kb: Knowledge, name: str, opinfo: str) -> str | None:

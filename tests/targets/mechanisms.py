@@ -3,7 +3,9 @@
 - `spectral`: an FNO-style spectral block (rfft2 -> complex64 weights -> irfft2), the spectral layer
   of Fourier neural operators;
 - `bag_counts`: a bag-of-words classifier counting token ids with an unweighted torch.bincount;
-  `bag_counts_weighted` counts with float weights (the weighted form common_mps.py's comment is about);
+  `bag_counts_weighted` counts with float32 weights, `bag_counts_int_weights` with int64 weights (float64
+  output on the CPU: the form common_mps.py's bincount comment is about);
+- `embedding_bag`: a fastText-style classifier on nn.EmbeddingBag (its backward is a composite in old releases);
 - `diffusion`: a denoiser trained DDPM-style, whose forward holds a scheduler-like helper object that
   caches tensors on itself, and caches its last timestep embedding on the module;
 - `gnn`: a graph-convolution layer aggregating neighbours with torch.sparse.mm on a COO adjacency;
@@ -63,11 +65,11 @@ def spectral():
 class BagCounts(nn.Module):
     """Counts token ids per vocabulary entry (bincount), then classifies the count vector."""
 
-    def __init__(self, vocab: int = 16, weighted: bool = False):
+    def __init__(self, vocab: int = 16, weighted: bool = False, weight_dtype=torch.float32):
         super().__init__()
         self.vocab = vocab
         self.weighted = weighted
-        self.token_weight = nn.Parameter(torch.rand(vocab), requires_grad=False)
+        self.register_buffer("token_weight", (torch.rand(vocab, generator=_gen()) * 4).to(weight_dtype))
         self.head = nn.Linear(vocab, 3)
 
     def forward(self, tokens):
@@ -82,8 +84,14 @@ def bag_counts():
 
 
 def bag_counts_weighted():
-    """The same classifier counting with float weights (bincount's weighted form)."""
+    """The same classifier counting with float32 weights per token (bincount's weighted form)."""
     return BagCounts(weighted=True), torch.randint(0, 16, (12,), generator=_gen())
+
+
+def bag_counts_int_weights():
+    """The same classifier counting with integer weights per token (term frequencies as int64): the CPU
+    returns float64 counts, the form common_mps.py's bincount comment is about."""
+    return BagCounts(weighted=True, weight_dtype=torch.int64), torch.randint(0, 16, (12,), generator=_gen())
 
 
 class TinyScheduler:
@@ -177,3 +185,24 @@ class DiffusersDenoiser(nn.Module):
 def diffusers_ddpm():
     """The denoiser with diffusers' DDPMScheduler and a batch of 4 samples."""
     return DiffusersDenoiser(), torch.randn(4, 8, generator=_gen())
+
+
+class BagOfEmbeddings(nn.Module):
+    """fastText-style text classifier: nn.EmbeddingBag (mean of token embeddings per bag), then a linear head;
+    `weighted`: bags summed with per-sample weights (mode="sum")."""
+
+    def __init__(self, vocab: int = 32, dim: int = 8, weighted: bool = False):
+        super().__init__()
+        self.weighted = weighted
+        self.bag = nn.EmbeddingBag(vocab, dim, mode="sum" if weighted else "mean")
+        self.head = nn.Linear(dim, 3)
+
+    def forward(self, tokens):
+        offsets = torch.tensor([0, 4, 9])
+        weights = torch.linspace(0.5, 1.5, tokens.shape[0]) if self.weighted else None
+        return self.head(self.bag(tokens, offsets, per_sample_weights=weights))
+
+
+def embedding_bag():
+    """The bag-of-embeddings classifier and 12 token ids in 3 bags."""
+    return BagOfEmbeddings(), torch.randint(0, 32, (12,), generator=_gen())
