@@ -57,7 +57,8 @@ class OpinfoMap:
     rows: Mapping[str, Mapped] = field(repr=False)
     by_overload: Mapping[str, tuple[str, ...]] = field(repr=False)
     # dtype -> overload -> OpInfos whose samples in that dtype dispatched it (the `dispatch` lines)
-    by_dispatch: Mapping[str, Mapping[str, tuple[str, ...]]] = field(repr=False, default_factory=lambda: MappingProxyType({}))
+    by_dispatch: Mapping[str, Mapping[str, tuple[str, ...]]] = field(
+        repr=False, default_factory=lambda: MappingProxyType({}))
 
     @property
     def source(self) -> str:
@@ -94,7 +95,8 @@ def parse_map(text: str) -> OpinfoMap:
     extra: dict[str, dict[str, tuple[str, ...]]] = {}
     for number, line, fields in lines:
         method = fields[3] if len(fields) >= 5 else ""
-        if method == DISPATCH and fields[0] in rows and fields[2].isdigit() and fields[1] not in extra.get(fields[0], {}):
+        known = fields[1] in extra.get(fields[0], {})
+        if method == DISPATCH and fields[0] in rows and fields[2].isdigit() and not known:
             extra.setdefault(fields[0], {})[fields[1]] = tuple(fields[5:])
             continue
         if method not in METHODS or not fields[2].isdigit() or fields[0] in rows:
