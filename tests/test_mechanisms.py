@@ -181,3 +181,58 @@ def test_every_condition_quotes_its_entry_comment_in_each_release():
         assert all(load_knowledge(release=r).common_mps is None or
                    load_knowledge(release=r).common_mps.note(condition.list, condition.opinfo) != condition.comment
                    for r in before)
+
+
+# --- 4. sparse layouts: seen in the trace, judged from the release's SparseMPS registrations ---------
+
+
+def _sparse_rows(report):
+    return {(r.op.display, r.verdict, r.evidence.rule) for r in report.rows if r.evidence.rule.startswith("sparse-")}
+
+
+def test_a_graph_convolution_on_a_sparse_adjacency_is_judged_by_sparse_mps_kernels():
+    report = scan(_options("gnn"))  # 2.14.1: SparseMPS kernels for addmm (sparse @ dense) and mm
+    assert _sparse_rows(report) == {
+        ("aten::addmm", Verdict.NATIVE, "sparse-mps-kernel"),  # torch.sparse.mm's forward (CPU: _sparse_addmm)
+        ("aten::mm", Verdict.NATIVE, "sparse-mps-kernel"),  # its backward: adjacency.t() @ grad
+        ("aten::t", Verdict.UNKNOWN, "sparse-not-modelled"),  # no SparseMPS kernel of its own
+    }
+    unknown = next(r for r in report.rows if r.verdict is Verdict.UNKNOWN)
+    assert unknown.evidence.text.startswith("sparse layout: not modelled")
+    addmm = next(r for r in report.rows if r.op.display == "aten::addmm")
+    assert "SparseMPS" in addmm.evidence.text and addmm.cpu_op.display == "aten::_sparse_addmm"
+
+
+@pytest.mark.parametrize("release", ["2.8.0", "2.4.0"])
+def test_sparse_tensors_are_unsupported_where_the_release_has_no_sparse_mps_backend(release):
+    """pytorch#129842, #141320: no SparseMPS dispatch key in native_functions.yaml before 2.9.0."""
+    report = scan(_options("gnn", torch_version=release))
+    sparse = _sparse_rows(report)
+    assert sparse == {(op, Verdict.UNSUPPORTED, "sparse-no-mps-backend") for op in ("aten::addmm", "aten::mm", "aten::t")}
+    row = next(r for r in report.rows if r.op.display == "aten::addmm")
+    assert "registers no SparseMPS kernel" in row.evidence.text and "2.9.0" in row.remedy
+    dense = [r for r in report.rows if not r.evidence.rule.startswith("sparse-")]
+    assert all(r.verdict is not Verdict.UNSUPPORTED or r.op.name == "lerp_" for r in dense)
+
+
+def test_the_trace_records_sparse_layouts():
+    from opscan.scan import prepare
+    from opscan.trace.records import TensorMeta
+
+    assert TensorMeta("float32", (2,), (1,), "cpu", 1, 8).to_dict().get("layout") is None  # dense JSON unchanged
+    prepared = prepare(_options("gnn"))
+    sparse = {c.op.display for c in prepared.trace.calls if any(t.layout == "sparse_coo" for t in c.inputs)}
+    assert "aten::_sparse_addmm" in sparse
+    meta = next(t for c in prepared.trace.calls for t in c.inputs if t.sparse)
+    assert meta.to_dict()["layout"] == "sparse_coo" and meta.shape == (6, 6)
+    assert {c.op.display for c in prepared.view if any(t.sparse for t in c.inputs)} >= {"aten::addmm", "aten::mm"}
+
+
+def test_a_probe_never_measures_a_sparse_call_with_dense_tensors():
+    from opscan.probe.calls import from_call
+    from opscan.scan import prepare
+
+    prepared = prepare(_options("gnn"))
+    sparse = next(c for c in prepared.trace.calls if c.op.name == "_sparse_addmm")
+    assert from_call(sparse) == ("aten::_sparse_addmm: sparse layout: not modelled (a sparse_coo input; probes "
+                                 "build dense tensors)")

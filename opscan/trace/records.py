@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from opscan.opkey import OpKey
 
 PHASES = ("forward", "loss", "backward", "optimizer")
+STRIDED = "strided"
 
 
 @dataclass(frozen=True)
@@ -22,10 +23,16 @@ class TensorMeta:
     device: str
     storage: int  # storage identity within this trace (same number = same storage)
     nbytes: int
+    layout: str = STRIDED  # "sparse_coo", "sparse_csr", ... for a sparse tensor (torch.layout without "torch.")
+
+    @property
+    def sparse(self) -> bool:
+        """Whether the tensor has a sparse layout (COO or compressed)."""
+        return self.layout != STRIDED
 
     def to_dict(self) -> dict:
-        """JSON form."""
-        return {
+        """JSON form (`layout` only for a non-strided tensor)."""
+        out = {
             "dtype": self.dtype,
             "shape": list(self.shape),
             "stride": list(self.stride),
@@ -33,6 +40,9 @@ class TensorMeta:
             "storage": self.storage,
             "nbytes": self.nbytes,
         }
+        if self.layout != STRIDED:
+            out["layout"] = self.layout
+        return out
 
 
 @dataclass(frozen=True)

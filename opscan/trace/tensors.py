@@ -17,6 +17,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from opscan.trace.records import TensorMeta
 
 UNKNOWN = -1  # a size or stride that depends on tensor values (fake tensors)
+_STRIDED = torch.strided
 
 _DTYPES: dict[torch.dtype, tuple[str, int]] = {}  # dtype -> (name, bytes per element)
 _DEVICE_NAMES: dict[torch.device, str] = {}
@@ -48,7 +49,7 @@ class StorageIds:
 
 
 def describe(t: torch.Tensor, storages: StorageIds) -> TensorMeta:
-    """dtype, shape, stride, device, storage id and bytes of one tensor."""
+    """dtype, shape, stride, device, storage id, bytes and layout of one tensor."""
     dtype = t.dtype
     known = _DTYPES.get(dtype)
     if known is None:
@@ -68,7 +69,9 @@ def describe(t: torch.Tensor, storages: StorageIds) -> TensorMeta:
     else:
         shape = tuple(t.shape)
         nbytes = _product(shape) * size
-    key = (name, shape, tuple(stride), where, storages.of(t), nbytes)
+    layout = t.layout
+    key = (name, shape, tuple(stride), where, storages.of(t), nbytes,
+           "strided" if layout is _STRIDED else str(layout).removeprefix("torch."))
     meta = storages.metas.get(key)
     if meta is None:
         meta = storages.metas[key] = TensorMeta(*key)

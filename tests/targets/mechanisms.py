@@ -151,7 +151,7 @@ class GraphConv(nn.Module):
         dst = (src + 1) % nodes
         index = torch.stack([torch.cat([src, dst, src]), torch.cat([dst, src, src])])
         values = torch.full((index.shape[1],), 1.0 / 3)
-        self.register_buffer("adjacency", torch.sparse_coo_tensor(index, values, (nodes, nodes)).coalesce())
+        self.register_buffer("adjacency", torch.sparse_coo_tensor(index, values, (nodes, nodes), check_invariants=True).coalesce())
         self.linear = nn.Linear(dim, out)
 
     def forward(self, x):
