@@ -236,3 +236,55 @@ def test_a_probe_never_measures_a_sparse_call_with_dense_tensors():
     sparse = next(c for c in prepared.trace.calls if c.op.name == "_sparse_addmm")
     assert from_call(sparse) == ("aten::_sparse_addmm: sparse layout: not modelled (a sparse_coo input; probes "
                                  "build dense tensors)")
+
+
+# --- 5. a composite decided when no callee can be native ----------------------------------------------
+
+
+@pytest.mark.parametrize("release", ["2.0.0", "2.4.0"])
+def test_embedding_bag_backward_is_decided_in_releases_where_it_is_a_composite(release):
+    """2.0.0-2.4.1: _embedding_bag_backward is CompositeImplicitAutograd (2.14.1 runs its own kernel, so the trace
+    has no callees). Its body branches on `sparse`: the dense path calls _embedding_bag_dense_backward (no MPS
+    kernel there), the sparse path returns a sparse COO gradient (no SparseMPS there)."""
+    report = scan(_options("embedding_bag", torch_version=release))
+    row = next(r for r in report.rows if r.op.name == "_embedding_bag_backward")
+    assert (row.verdict, row.evidence.rule) == (Verdict.UNSUPPORTED, "composite-path")
+    assert "takes the path `not sparse`" in row.evidence.text and "composite_paths.yaml" in row.evidence.source
+    assert report.summary["unknown"] == {"ops": 0, "calls": 0}
+
+
+def test_without_arguments_every_path_bounds_the_verdict():
+    from opscan.knowledge import load_knowledge
+    from opscan.opkey import OpKey
+    from opscan.predict.rules import predict_op
+
+    found = predict_op(OpKey.parse("aten::_embedding_bag_backward"), ("float32",), load_knowledge(release="2.0.0"))
+    assert (found.verdict, found.evidence.rule) == (Verdict.UNSUPPORTED, "composite-no-native-path")
+    assert "at least unsupported" in found.evidence.text
+    # outside the entry's releases nothing changes: 2.5.0 gives it a CPU kernel and no MPS one
+    later = predict_op(OpKey.parse("aten::_embedding_bag_backward"), ("float32",), load_knowledge(release="2.5.0"))
+    assert later.evidence.rule == "no-mps-kernel"
+
+
+def test_the_least_severe_path_decides_and_a_possibly_native_path_decides_nothing(monkeypatch):
+    from opscan.knowledge import load_knowledge
+    from opscan.knowledge.composite_paths import CompositePaths, Path
+    from opscan.opkey import OpKey
+    from opscan.predict import paths
+    from opscan.predict.rules import predict_op
+
+    kb = load_knowledge(release="2.0.0")
+    op = OpKey.parse("aten::_embedding_bag_backward")
+
+    def crafted(*calls):
+        entry = CompositePaths(op.yaml_name, "2.0.0", "2.0.0", (), tuple(Path(c, None, None, None) for c in calls),
+                               "crafted")
+        monkeypatch.setattr(paths, "paths_for", lambda name, release: entry if name == op.yaml_name else None)
+        return predict_op(op, ("float32",), kb)
+
+    # one path ends in an always-CPU op (cpu_fallback), the other in an op with no MPS kernel (unsupported)
+    mixed = crafted(("embedding_renorm_",), ("_embedding_bag_dense_backward",))
+    assert (mixed.verdict, mixed.evidence.rule) == (Verdict.CPU_FALLBACK, "composite-no-native-path")
+    # a path whose callees are all native could be the one taken: nothing is decided
+    open_path = crafted(("add.Tensor",), ("_embedding_bag_dense_backward",))
+    assert (open_path.verdict, open_path.evidence.rule) == (Verdict.UNKNOWN, "composite-no-callees")
