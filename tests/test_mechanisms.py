@@ -288,3 +288,45 @@ def test_the_least_severe_path_decides_and_a_possibly_native_path_decides_nothin
     # a path whose callees are all native could be the one taken: nothing is decided
     open_path = crafted(("add.Tensor",), ("_embedding_bag_dense_backward",))
     assert (open_path.verdict, open_path.evidence.rule) == (Verdict.UNKNOWN, "composite-no-callees")
+
+
+# --- the audit of common_mps.py's lists (docs/common-mps-audit.md) ------------------------------------
+
+
+def test_the_audit_doc_matches_the_installed_releases_lists():
+    """The doc is generated from the wheels (tools/audit_common_mps.py --wheels DIR --check); what can be checked
+    without them: its 2.14.1 rows equal the tool's counts on the installed torch's common_mps.py, and it covers
+    every release from 2.8.0 in the knowledge base."""
+    import re
+    import sys
+    from collections import Counter
+
+    from opscan.knowledge.common_mps import installed_path
+    from opscan.knowledge.entry import load_store
+    from opscan.knowledge.opinfo import load_opinfo_map
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "tools"))
+    import audit_common_mps as audit
+
+    if not torch.__version__.startswith("2.14.1"):
+        pytest.skip("the doc's 2.14.1 rows are checked against torch 2.14.1's own common_mps.py")
+    doc = (REPO / "docs" / "common-mps-audit.md").read_text(encoding="utf-8")
+    with open(installed_path(), encoding="utf-8") as fh:
+        entries = audit.list_entries(fh.read())
+    omap, spelled = load_opinfo_map(), {c for n in audit._yaml_names() for c in audit.opinfo_candidates(n)}
+    counts = Counter()
+    for name, key, dtypes, _ in entries:
+        counts[(name, audit.reach(key, name, dtypes, omap, spelled) is None)] += 1
+    for name in {n for n, _ in counts}:
+        row = re.search(rf"^\| 2\.14\.1 \| `{name}` \| [^|]+ \| (\d+) \| \d+ \| (\d+) \| (\d+) \|$", doc, re.M)
+        assert row, name
+        assert tuple(map(int, row.groups())) == (counts[(name, True)] + counts[(name, False)], counts[(name, True)],
+                                                 counts[(name, False)]), name
+    from opscan.opkey import Release
+
+    releases = [line.release for line in load_store().index if Release.parse(line.release).numbers >= (2, 8)]
+    assert len(releases) == 10 and all(f"| {r} | `SUPPORTED_COMPLEX_OPS` |" in doc for r in releases)
+    # the FFT OpInfos of SUPPORTED_COMPLEX_OPS now reach _fft_c2c / _fft_c2r
+    assert not re.search(r"`SUPPORTED_COMPLEX_OPS` \| `fft\.", doc)
