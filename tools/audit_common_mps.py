@@ -175,7 +175,8 @@ def _render(per_release, missing, notes, conditions, omap) -> str:
         "OpInfo (for the complex lists: also the ops its complex64 samples dispatched with a complex tensor). An "
         "entry that reaches none carries no expectation onto any op of a trace. Entries for every dtype (`None`) "
         "of UNIMPLEMENTED_XFAILLIST are applied only under a macOS gate (otherwise the yaml decides), and an entry "
-        "whose comment states a condition only to calls that meet it (last section).",
+        "whose comment states a condition only to calls that meet it (last section). How the lists become verdicts: "
+        "[knowledge-base.md](knowledge-base.md#dtype-expectations); back to the [README](../README.md).",
         "",
         "## Per release and list",
         "",
