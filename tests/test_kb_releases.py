@@ -45,8 +45,8 @@ def test_the_knowledge_base_is_small():
     assert os.path.getsize(os.path.join(RELEASES_DIR, "2.14.1.txt")) < 20_000
 
 
-_RECORD = re.compile(r"^(op [\w.]+ (-|M?I?i?E?N?)( [<^][\w.]+)?|py [\w.]+|complex \w+ \S+|"
-                     r"xfail \w+ \S+ (\*|[a-z0-9,]+)( macos(<|>=)\d+\.\d+)?)$")
+_RECORD = re.compile(r"^(op [\w.]+ (-|M?S?C?I?i?E?N?)( [<^][\w.]+)?|py [\w.]+|complex \w+ \S+|"
+                     r"xfail \w+ \S+ (\*|[a-z0-9,]+)( macos(<|>=)\d+\.\d+)?|note \w+ \S+ \S.*\S)$")
 
 
 @pytest.mark.parametrize("name", OWN)

@@ -24,6 +24,14 @@ The MPS view's device branches are recorded too, qualified by the input's rank (
 `nn.functional.conv_transpose3d` -> `_mps_convolution_transpose@5`), and attributed by `samples`, so
 an expectation reaches the op MPS runs for that rank only.
 
+Complex support is a positive claim and is recorded apart: for every OpInfo tested in complex64 on
+MPS, up to COMPLEX_SAMPLES of its complex64 samples run the same way, and a `dispatch` line lists
+every overload (and MPS-view branch) that received or returned a complex tensor, with no filter: when
+SUPPORTED_COMPLEX_OPS names the OpInfo, its test ran each of them on MPS in complex64 and passed
+(`fft.irfft2` -> `_fft_c2r`, `fft.fft` -> `_fft_c2c`; composites such as `fft_irfft2` reach the
+dispatch mode already decomposed, so the ops they reach are the ones recorded). dtype_rules.py
+reads them only for complex inputs.
+
 An OpInfo failing for int64 therefore marks only the op that is characteristic of it, never every
 op its samples touch. Each line also keeps the dtypes the OpInfo is tested in on MPS
 (`supported_dtypes("mps")`): classify.py flags a dtype only when every OpInfo mapped to the op that
@@ -50,6 +58,8 @@ from opscan.knowledge.opinfo import MAP_PATH, format_map  # noqa: E402
 from opscan.opkey import OpKey  # noqa: E402
 
 SAMPLES = 6
+COMPLEX_SAMPLES = 12
+COMPLEX = "complex64"
 RARE = 4
 _GENERIC = frozenset({"forward", "backward", "grad", "with", "indices", "tensor", "scalar", "functional", "out"})
 
@@ -65,42 +75,56 @@ def related(opinfo: str, overload: str) -> bool:
     return any(a in b or b in a for a in words(opinfo) for b in words(overload))
 
 
-def record_samples(op, torch) -> tuple[str, list[set[str]]]:
-    """(dtype, [overloads dispatched by each sample]) for one OpInfo."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+class _Recorder:
+    """A TorchDispatchMode factory (torch is imported late): records the aten overloads dispatched at the
+    top level (`seen`), and those that received or returned a tensor of dtype `marked` (`marked_seen`)."""
 
-    class Recorder(TorchDispatchMode):
-        """Records the aten overloads dispatched at the top level."""
+    def __new__(cls, marked=None):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_leaves
 
-        def __init__(self):
-            super().__init__()
-            self.seen: set[str] = set()
+        class Recorder(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.seen: set[str] = set()
+                self.marked_seen: set[str] = set()
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            key = OpKey.of(func)
-            if key.namespace == "aten":
-                self.seen.add(key.yaml_name)
-                self.seen.update(mps_branch(key.yaml_name, args))
-            return func(*args, **(kwargs or {}))
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                key = OpKey.of(func)
+                if key.namespace == "aten":
+                    names = {key.yaml_name, *mps_branch(key.yaml_name, args)}
+                    self.seen.update(names)
+                    leaves = tree_leaves((args, kwargs or {}, out))
+                    if marked is not None and any(getattr(t, "dtype", None) == marked for t in leaves):
+                        self.marked_seen.update(names)
+                return out
 
-    supported = op.supported_dtypes("cpu")
-    dtype = torch.float32 if torch.float32 in supported else min(supported, key=str, default=None)
+        return Recorder()
+
+
+def record_samples(op, torch, dtype=None, limit: int = SAMPLES, marked: bool = False) -> tuple[str, list[set[str]]]:
+    """(dtype, [overloads dispatched by each sample]) for one OpInfo, in `dtype` (default: float32 or its
+    first CPU dtype); `marked`: only the overloads that received or returned a tensor of that dtype."""
+    if dtype is None:
+        supported = op.supported_dtypes("cpu")
+        dtype = torch.float32 if torch.float32 in supported else min(supported, key=str, default=None)
     if dtype is None:
         return "-", []
     runs = []
     torch.manual_seed(0)  # sample values (hence a data-dependent path) are the same on every run
     try:
-        samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:SAMPLES]
+        samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:limit]
     except Exception:  # noqa: BLE001 - a broken sample generator maps nothing
         return str(dtype).removeprefix("torch."), []
     for sample in samples:
-        recorder = Recorder()
+        recorder = _Recorder(dtype if marked else None)
         try:
             with recorder:
                 op(sample.input, *sample.args, **sample.kwargs)
         except Exception:  # noqa: BLE001 - a failing sample tells nothing
             continue
-        runs.append(recorder.seen)
+        runs.append(recorder.marked_seen if marked else recorder.seen)
     return str(dtype).removeprefix("torch."), runs
 
 
@@ -137,17 +161,22 @@ def build() -> str:
     files = read_installed()  # not load_knowledge(): that reads the map this tool writes
     cia_mps = {o.yaml_name for o in OpTable.from_records(files.records(), "installed", "-").cia_with_mps()}
     release = torch.__version__.split("+", 1)[0]
-    recorded, mps_dtypes = {}, {}
+    recorded, mps_dtypes, dispatched = {}, {}, {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for op in op_db:
             name = op.name + op.variant_test_name
             recorded[name] = record_samples(op, torch)
             mps_dtypes[name] = sorted(str(d).removeprefix("torch.") for d in op.supported_dtypes("mps"))
+            if COMPLEX in mps_dtypes[name]:
+                dispatched[name] = record_samples(op, torch, torch.complex64, COMPLEX_SAMPLES, marked=True)
     df = Counter(o for _, runs in recorded.values() for o in set().union(*runs) if runs)
-    rows = {name: (dtype, len(runs), attribute(name, runs, df, cia_mps)[0], mps_dtypes[name],
-                   attribute(name, runs, df, cia_mps)[1]) for name, (dtype, runs) in recorded.items()}
-    return format_map(release, torch.version.git_version, rows)
+    rows = {}
+    for name, (dtype, runs) in recorded.items():
+        method, overloads = attribute(name, runs, df, cia_mps)
+        rows[name] = (dtype, len(runs), method, mps_dtypes[name], overloads)
+    complex_rows = {name: (len(runs), sorted(set().union(*runs))) for name, (_, runs) in dispatched.items() if runs}
+    return format_map(release, torch.version.git_version, rows, {COMPLEX: complex_rows})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -83,6 +83,11 @@ class CommonMps:
         """UNIMPLEMENTED_XFAILLIST's unconditional entries."""
         return self.xfail("UNIMPLEMENTED_XFAILLIST")
 
+    def note(self, name: str, opinfo: str) -> str | None:
+        """The comment PyTorch wrote on entry `opinfo` of list `name` (its `note` record), or None."""
+        prefix = f"note {name} {opinfo} "
+        return next((r[len(prefix):] for r in sorted(self.records) if r.startswith(prefix)), None)
+
     def lists(self) -> tuple[str, ...]:
         """The xfail list names present."""
         return tuple(sorted({r.split(" ")[1] for r in self.records if r.startswith("xfail ")}))
@@ -117,7 +122,7 @@ def _xfail(lists: CommonMps, name: str, macos: Macos | None) -> Mapping[str, tup
 
 def from_records(records: Iterable[str], path: str) -> CommonMps | None:
     """CommonMps of a release's records, or None when it has none (no common_mps.py before 2.8)."""
-    kept = frozenset(r for r in records if r.startswith(("complex ", "xfail ")))
+    kept = frozenset(r for r in records if r.startswith(("complex ", "xfail ", "note ")))
     return CommonMps(path, kept) if kept else None
 
 

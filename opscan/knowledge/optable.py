@@ -3,7 +3,7 @@
 `OpTable` answers what the classifier asks of native_functions.yaml (`get`, `mps_kernel`, `mps_counts`,
 `cia_with_mps`, `overloads`, `path`, `sha256`) from the records sources.py writes, decoding an overload only
 when asked, so loading a release costs a dict of short strings. Decoded `Overload.dispatch` holds only
-the keys a record keeps (MPS and the composite keys).
+the keys a record keeps (MPS, SparseMPS, SparseCsrMPS and the composite keys).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import functools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from opscan.knowledge.yaml_index import CEA, CEANF, CIA, MPS, Overload
+from opscan.knowledge.yaml_index import CEA, CEANF, CIA, MPS, SPARSE_CSR_MPS, SPARSE_MPS, Overload
 from opscan.opkey import OpKey
 
-_KEYS = {"M": MPS, "I": CIA, "E": CEA, "N": CEANF}
+_KEYS = {"M": MPS, "S": SPARSE_MPS, "C": SPARSE_CSR_MPS, "I": CIA, "E": CEA, "N": CEANF}
 
 
 def op_fields(record: str) -> tuple[str, tuple[str, str | None]]:

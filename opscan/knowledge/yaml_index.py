@@ -31,6 +31,8 @@ CIA = "CompositeImplicitAutograd"
 CEA = "CompositeExplicitAutograd"
 CEANF = "CompositeExplicitAutogradNonFunctional"
 MPS = "MPS"
+SPARSE_MPS = "SparseMPS"  # sparse COO kernels for MPS (from 2.9.0)
+SPARSE_CSR_MPS = "SparseCsrMPS"  # sparse compressed (CSR/CSC/BSR/BSC) kernels for MPS (from 2.9.0)
 
 _KEEP = ("- func:", "  dispatch:", "  structured_delegate:", "  structured:", "  autogen:")
 

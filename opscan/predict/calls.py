@@ -1,9 +1,10 @@
 """Predict stage: verdicts for the MPS view's calls, from the knowledge base.
 
 Wraps `predict.rules.predict_op` with what the view knows and the classifier doesn't: a composite's
-recorded callees, metadata-only views, the shapes the kernel checks need, and the known silent-correctness
-bugs a call's arguments meet (predict/silent.py: a predicted `mismatch`). One verdict per call; a report row
-takes the worst of its calls.
+recorded callees, metadata-only views, the shapes the kernel checks need, sparse layouts (judged by
+predict/sparse.py from the release's SparseMPS registrations, never by the dense kernel) and the known
+silent-correctness bugs a call's arguments meet (predict/silent.py: a predicted `mismatch`). One verdict per call;
+a report row takes the worst of its calls.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from opscan.predict import release_paths, silent
 from opscan.predict.runtime_checks import call_args, needs_args, note_from_shapes
 from opscan.predict.dtype_rules import NO_MPS_DTYPES
 from opscan.predict.rules import predict_op
+from opscan.predict.sparse import predict_sparse, sparse_layouts
 from opscan.knowledge import Knowledge
 from opscan.mps_view import BRANCHED_COMPOSITES, COPY, SRC_COPY, MpsCall
 from opscan.opkey import OpKey
@@ -51,6 +53,9 @@ def predict_call(call: MpsCall, kb: Knowledge, cache: dict) -> Classification:
 
 
 def _classify(call: MpsCall, kb: Knowledge, note, args=None) -> Classification:
+    layouts = sparse_layouts(call)
+    if layouts:  # never a dense verdict for a sparse tensor (predict/sparse.py)
+        return predict_sparse(call.op, layouts, kb)
     if call.callees == () and not _wide(call.dtypes):
         return Classification(Verdict.NATIVE, Evidence(
             "composite-metadata",

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from opscan.knowledge.conditions import TensorArg, evaluate_when
+from opscan.knowledge.composite_paths import paths_for
 from opscan.knowledge.kernel_rules import KernelRule, SizeRule, load_size_rules
 from opscan.opkey import OpKey
 from opscan.predict.dtype_rules import result
@@ -90,12 +91,13 @@ def _from_attr(value, tensors):
 
 
 def needs_args(op, kb) -> bool:
-    """Whether predicting `op` reads its call's arguments: an encoded check of its kernel, or dtype
-    expectations mapped per input rank (predict.dtype_rules.ranked)."""
+    """Whether predicting `op` reads its call's arguments: an encoded check of its kernel, dtype
+    expectations mapped per input rank (predict.dtype_rules.ranked), or a composite whose path depends on them
+    (knowledge/composite_paths.yaml)."""
     from opscan.predict.dtype_rules import ranked
 
     has_rules = kb.limits is not None and op.namespace == "aten" and bool(kb.limits.rules_for(op.yaml_name))
-    return has_rules or ranked(kb, op)
+    return has_rules or ranked(kb, op) or (op.namespace == "aten" and paths_for(op.yaml_name, kb.release) is not None)
 
 
 # Which recorded tensor carries the pooled input and which the pooled output:

@@ -119,6 +119,10 @@ def from_call(call) -> ProbeCall | str:
     missing = unsupported(spec)
     if missing:
         return f"{call.op.display}: an argument of type {missing[0]} cannot be replayed in another process"
+    sparse = sorted({m.layout for m in call.inputs if getattr(m, "sparse", False)})
+    if sparse:  # a probe builds dense tensors: it would measure the dense kernel
+        named = "/".join(sparse)
+        return f"{call.op.display}: sparse layout: not modelled (a {named} input; probes build dense tensors)"
     if tensor_count(spec) != len(call.inputs):
         return f"{call.op.display}: its tensor arguments could not be matched to the recorded inputs"
     try:

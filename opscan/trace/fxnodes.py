@@ -1,7 +1,9 @@
 """Trace stage: name the torch.fx node behind each forward call, where symbolic tracing works.
 
 The step always runs eagerly, so fx never changes what is recorded (symbolic_trace inlines
-submodules and traces through activation checkpointing). When `torch.fx.symbolic_trace` succeeds,
+submodules and traces through activation checkpointing), and symbolic tracing never touches the user's
+objects: every attribute it set on the model or on an object the model holds (a Proxy a scheduler
+cached on itself) is put back, with the random state (untouched.py). When `torch.fx.symbolic_trace` succeeds,
 each eager forward call is matched to its node: a leaf module's calls to its `call_module` node;
 a torch function or tensor method called from module M to the next unused `call_function` /
 `call_method` node of the same name whose innermost `nn_module_stack` entry is M. When tracing
@@ -19,12 +21,14 @@ from torch.overrides import TorchFunctionMode
 from opscan.trace.attribution import ModuleTracker
 from opscan.trace.guard import call_through
 from opscan.trace.records import FxInfo
+from opscan.trace.untouched import untouched
 
 
 def symbolic(model: torch.nn.Module) -> tuple[torch.fx.GraphModule | None, FxInfo]:
     """Try symbolic_trace; return the graph module or None, with what happened."""
     try:
-        gm = torch.fx.symbolic_trace(model)
+        with untouched(model):
+            gm = torch.fx.symbolic_trace(model)
     except Exception as exc:  # noqa: BLE001 - any tracing failure is just "no fx graph"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return None, FxInfo(False, f"{type(exc).__name__}: {first}"[:200])

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from opscan.opkey import OpKey
 
 PHASES = ("forward", "loss", "backward", "optimizer")
+STRIDED = "strided"
 
 
 @dataclass(frozen=True)
@@ -27,10 +28,16 @@ class TensorMeta:
     offset: int = 0
     requires_grad: bool = False
     host: bool = False  # stays on the CPU while the step runs on MPS (trace/tensors.py StoragePlaces)
+    layout: str = STRIDED  # "sparse_coo", "sparse_csr", ... for a sparse tensor (torch.layout without "torch.")
+
+    @property
+    def sparse(self) -> bool:
+        """Whether the tensor has a sparse layout (COO or compressed)."""
+        return self.layout != STRIDED
 
     def to_dict(self) -> dict:
-        """JSON form."""
-        return {
+        """JSON form (`layout` only for a non-strided tensor)."""
+        out = {
             "dtype": self.dtype,
             "shape": list(self.shape),
             "stride": list(self.stride),
@@ -41,6 +48,9 @@ class TensorMeta:
             "requires_grad": self.requires_grad,
             "host": self.host,
         }
+        if self.layout != STRIDED:
+            out["layout"] = self.layout
+        return out
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from opscan.trace.records import TensorMeta
 
 UNKNOWN = -1  # a size or stride that depends on tensor values (fake tensors)
+_STRIDED = torch.strided
 
 _DTYPES: dict[torch.dtype, tuple[str, int]] = {}  # dtype -> (name, bytes per element)
 _DEVICE_NAMES: dict[torch.device, str] = {}
@@ -95,7 +96,8 @@ class StoragePlaces:
 def describe(t: torch.Tensor, storages: StorageIds, made_on_host: bool | None = None) -> TensorMeta:
     """dtype, shape, stride, device, storage id, bytes, storage offset (from where a given tensor starts),
     requires_grad and whether it stays on the host (StoragePlaces) of one tensor: an argument the op reads
-    (`made_on_host` None) or a result of an op whose tensor arguments were all on the host (True) or not (False)."""
+    (`made_on_host` None) or a result of an op whose tensor arguments were all on the host (True) or not (False),
+    and its layout."""
     dtype = t.dtype
     known = _DTYPES.get(dtype)
     if known is None:
@@ -124,12 +126,14 @@ def describe(t: torch.Tensor, storages: StorageIds, made_on_host: bool | None = 
             placement.made_by((sid,), made_on_host)
     try:
         offset = t.storage_offset()
-    except (RuntimeError, NotImplementedError):
+    except (RuntimeError, NotImplementedError):  # sparse and other non-strided layouts
         offset = 0
     if type(offset) is not int:
         offset = concrete((offset,))[0]
     offset = offset - placement.base.get(sid, 0) if offset >= 0 else UNKNOWN
-    key = (name, shape, tuple(stride), where, sid, nbytes, offset, t.requires_grad, sid in placement.host)
+    layout = t.layout
+    key = (name, shape, tuple(stride), where, sid, nbytes, offset, t.requires_grad, sid in placement.host,
+           "strided" if layout is _STRIDED else str(layout).removeprefix("torch."))
     meta = storages.metas.get(key)
     if meta is None:
         meta = storages.metas[key] = TensorMeta(*key)

@@ -1,0 +1,69 @@
+"""Knowledge stage: the possible paths of composites a trace cannot expand in an older release
+(`composite_paths.yaml`: one entry per composite and release range, one path per branch of its C++ body).
+
+`paths_for(op_yaml_name, release)` gives the entry that covers a release, or None. No torch import.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+from dataclasses import dataclass
+
+import yaml
+
+from opscan.knowledge.conditions import compile_when
+from opscan.opkey import Release
+
+PATHS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "composite_paths.yaml")
+
+
+@dataclass(frozen=True)
+class Path:
+    """One branch of a composite's body."""
+
+    calls: tuple[str, ...]  # yaml spellings of the ops it always reaches
+    when: str | None  # the branch condition over the schema's argument names, or None (always)
+    code: ast.Expression | None
+    result: str | None  # a sparse layout the path returns, or None
+
+
+@dataclass(frozen=True)
+class CompositePaths:
+    """The paths of one composite in a release range."""
+
+    op: str
+    first: str
+    last: str
+    args: tuple[str, ...]
+    paths: tuple[Path, ...]
+    source: str
+
+    def covers(self, release: str) -> bool:
+        """Whether `release` is within first..last."""
+        key = Release.parse(release).numbers
+        return Release.parse(self.first).numbers <= key <= Release.parse(self.last).numbers
+
+
+def _path(raw: dict) -> Path:
+    when = raw.get("when")
+    return Path(tuple(raw["calls"]), when, compile_when(when) if when else None, raw.get("result"))
+
+
+@functools.lru_cache(maxsize=2)
+def load_paths(path: str = PATHS_FILE) -> tuple[CompositePaths, ...]:
+    """The shipped entries (ValueError or KeyError on a malformed one)."""
+    with open(path, encoding="utf-8") as fh:
+        raw = yaml.safe_load(fh) or {}
+    out = []
+    for item in raw.get("paths", ()):
+        first, _, last = str(item["releases"]).partition("..")
+        out.append(CompositePaths(item["op"], first, last or first, tuple(item.get("args", ())),
+                                  tuple(_path(p) for p in item["paths"]), " ".join(str(item["source"]).split())))
+    return tuple(out)
+
+
+def paths_for(op: str, release: str) -> CompositePaths | None:
+    """The entry for overload `op` (yaml spelling) covering `release`, or None."""
+    return next((e for e in load_paths() if e.op == op and e.covers(release)), None)
