@@ -93,7 +93,7 @@ def json_value(text: str | bytes) -> Any:
     except UnicodeDecodeError as exc:
         raise Malformed(f"not UTF-8 text, byte {exc.start}: {exc.reason}") from None
     except json.JSONDecodeError as exc:
-        raise Malformed(f"line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        raise Malformed(f"JSONDecodeError at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     if too_deep(value):
         raise Malformed(f"nested deeper than {MAX_DEPTH} levels")
     return value
