@@ -42,7 +42,7 @@ def predict_call(call: MpsCall, kb: Knowledge, cache: dict) -> Classification:
     if note and any(d < 0 for dims in note.values() for d in dims):
         note = None  # a size that depends on values (-1 under fake tensors): no shape rule can judge it
     args = call_args(call) if needs_args(call.op, kb) else None
-    key = (call.op, call.dtypes, call.callees, repr(note), call.cpu_op, call.rule, repr(args))
+    key = (call.op, call.dtypes, call.callees, repr(note), call.cpu_op, call.rule, repr(args), call.registration)
     if key not in cache:
         cache[key] = _classify(call, kb, note, args)
     return cache[key]
@@ -60,7 +60,7 @@ def _classify(call: MpsCall, kb: Knowledge, note, args=None) -> Classification:
         return Classification(Verdict.NATIVE, Evidence(
             "mps-copy", f"copy_ into or out of an MPS tensor runs MPS's own copy (torch {kb.release})", SRC_COPY))
     found = predict_op(call.op, call.dtypes, kb, callees=call.callees or None, args_note=note, cpu_op=call.cpu_op,
-                       args=args)
+                       args=args, registration=call.registration)
     if call.rule and found.verdict == Verdict.NATIVE:
         text = f"{found.evidence.text}; MPS dispatches it where the CPU trace shows {call.cpu_op} (rule {call.rule})"
         return Classification(found.verdict, Evidence(found.evidence.rule, text, found.evidence.source),
