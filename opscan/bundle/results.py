@@ -89,7 +89,7 @@ def needed(probes, off: dict, on_pass: str) -> set[tuple[str, str]]:
     pairs = {(p.id, "off") for p in probes}
     for p in probes:
         status = off[p.id].status if p.id in off else None
-        if status == "raised" or (on_pass == "always" and status not in (None, "unbuildable")):
+        if status == "raised" or (on_pass == "always" and status not in (None, "unbuildable")):  # noqa: S105 - a probe pass's name ('on'/'off'), not a password
             pairs.add((p.id, "on"))
     return pairs
 
@@ -170,7 +170,7 @@ def _collect(path, entries: list[dict], probes, on_pass: str) -> Results:
             host = entry.get("files") or {}
         elif kind == "repro":
             repro[entry.get("script")] = entry
-    off = {probe: o for (probe, pass_name), o in outcomes.items() if pass_name == "off"}
+    off = {probe: o for (probe, pass_name), o in outcomes.items() if pass_name == "off"}  # noqa: S105 - a probe pass's name ('on'/'off'), not a password
     missing = sorted(needed(probes, off, on_pass) - set(outcomes))
     if missing:
         raise ResultsError(f"truncated results file {path}: {len(missing)} probe outcomes are missing (first: "
