@@ -27,6 +27,7 @@ from pathlib import Path
 from opscan.errors import OutputError, UsageError
 from opscan.target.run import RunContext
 from opscan.trust.names import inside
+from opscan.trust.read import MAX_BYTES, SMALL_BYTES, read_json
 
 MARKER = ".opscan-target.json"
 _FIX = {errno.ENOSPC: "free some space and rerun", errno.EDQUOT: "free some space (disk quota) and rerun",
@@ -164,9 +165,9 @@ def held_by(folder: Path) -> dict | None:
     for name, read in ((MARKER, lambda d: d), ("report.json", _report_identity)):
         path = folder / name
         if path.is_file():
-            try:
-                found = read(json.loads(path.read_text(encoding="utf-8")))
-            except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError):
+            try:  # the one reader (opscan/trust/read.py): a huge or deeply nested file is unreadable, not a bug
+                found = read(read_json(path, name, "", max_bytes=SMALL_BYTES if name == MARKER else MAX_BYTES))
+            except (UsageError, TypeError, AttributeError, KeyError):
                 found = None
             return found if isinstance(found, dict) else {"target": f"a {name} opscan cannot read"}
     return None

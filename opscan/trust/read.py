@@ -69,7 +69,7 @@ def read_bytes(path, what: str, fix: str, *, error=UsageError, max_bytes: int = 
             size = os.fstat(handle.fileno()).st_size
             data = handle.read(max_bytes + 1) if size <= max_bytes else b""
     except OSError as exc:
-        raise error(f"cannot read {what} {path}: {exc.strerror or exc} — {fix}") from None
+        raise error(f"cannot read {what} {path}: {exc.strerror or exc} ({type(exc).__name__}) — {fix}") from None
     if size > max_bytes or len(data) > max_bytes:
         raise error(_line(what, path, f"is larger than opscan reads ({max(size, len(data))} bytes, at most "
                                       f"{max_bytes})", fix))
