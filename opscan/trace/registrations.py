@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from opscan.opkey import OpKey
 
-KEYS = ("MPS", "CPU", "CUDA", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
+DISPATCH_KEYS = ("MPS", "CPU", "CUDA", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
         "CompositeExplicitAutogradNonFunctional", "Meta")
-BACKENDS = frozenset(KEYS) - {"Meta"}  # the kernels that run an op on a device (Meta only computes shapes)
+BACKENDS = frozenset(DISPATCH_KEYS) - {"Meta"}  # the kernels that run an op on a device (Meta only computes shapes)
 COMPOSITE = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 BUILT_IN = frozenset({"aten", "prims", "c10d", "_c10d_functional", "_c10d_functional_autograd", "quantized",
                       "_quantized", "profiler", "_test", "rngprims", "higher_order", "torchvision"})
@@ -32,7 +32,7 @@ _LINE = re.compile(r"^(\w+)(?:\[alias\])?: registered at (.+?):\d+ :: ", re.MULT
 
 @dataclass(frozen=True)
 class Registration:
-    """A custom op registered from Python in this process: its dispatch keys with a kernel (of KEYS), and the
+    """A custom op registered from Python in this process: its dispatch keys with a kernel (of DISPATCH_KEYS), and the
     file and line of its first backend kernel."""
 
     kernels: tuple[str, ...]
@@ -62,7 +62,7 @@ def registration_of(op: OpKey) -> Registration | None:
 
     name = op.op if op.overload == "default" else f"{op.op}.{op.overload}"
     try:
-        kernels = tuple(k for k in KEYS if torch._C._dispatch_has_kernel_for_dispatch_key(name, k))
+        kernels = tuple(k for k in DISPATCH_KEYS if torch._C._dispatch_has_kernel_for_dispatch_key(name, k))
         dump = torch._C._dispatch_dump(name)
     except (RuntimeError, AttributeError, TypeError):  # not registered, or a torch without these helpers
         return None

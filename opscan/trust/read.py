@@ -109,9 +109,11 @@ def yaml_value(text: str) -> Any:
         _check_events(yaml.parse(text, Loader=loader))
         return yaml.load(text, Loader=loader)  # noqa: S506 - SafeLoader (or its C twin): plain data only
     except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc)
+        if "nesting depth" in problem:  # libyaml's own limit (1000), met while it scans ahead of the events
+            raise Malformed(f"nested deeper than {MAX_DEPTH} levels") from None
         mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark else ""
-        raise Malformed(f"{where}{getattr(exc, 'problem', None) or exc}") from None
+        raise Malformed(f"{f'line {mark.line + 1}: ' if mark else ''}{problem}") from None
     except RecursionError:
         raise Malformed(f"nested deeper than {MAX_DEPTH} levels") from None
 
