@@ -265,8 +265,8 @@ def test_item_01_a_manifest_listing_a_file_outside_the_bundle_is_refused(ran):
 
 def test_item_01_the_bundle_made_here_still_merges(ran):
     run, folder = ran["bundle_intact"]
-    check(run, 0, "results intact", fmt="json", folders=[folder / "out"])
-    assert json.loads(run.out)["mode"] == "measured"
+    check(run, 0, "wrote", fmt="json", folders=[folder / "out"])
+    assert "results intact" in run.err and json.loads(run.out)["mode"] == "measured"
 
 
 # --- item 2 ---------------------------------------------------------------------------------------------------
@@ -311,7 +311,7 @@ def test_item_04_terminal_escapes_in_module_names_are_printed_escaped(ran):
     run, _ = ran["escapes_table"]
     check(run, 0)
     assert "\x1b" not in run.out and "\x1b" not in run.err and "\x07" not in run.out + run.err
-    assert "\\x1b[2J\\x1b]0;pwned\\x07mod\\x01x" in run.out  # visible, so the user sees what the model holds
+    assert "\\x1b[2J\\x1b]0;pwned\\x07mo" in run.out  # visible (the column folds the rest)
 
 
 def test_item_04_exception_texts_from_a_mac_are_printed_escaped(ran):
