@@ -97,10 +97,12 @@ def test_item_02_inside_refuses_any_path_that_leaves_its_folder(tmp_path):
     assert inside(tmp_path, "a//b/.") == tmp_path / "a" / "b"  # what pathlib normalises stays inside
 
 
-def test_item_02_repro_folders_of_crafted_op_names_are_sanitised():
+def test_item_02_repro_folders_of_op_names_go_through_the_sanitiser():
     from opscan.repro import folder_of
 
     assert folder_of("aten::add.Tensor") == "aten_add.Tensor" and folder_of("aten::take") == "aten_take"
+    long = folder_of("mylib::" + "x" * 300)  # a custom op's name is the target's: bounded like every name
+    assert len(long) == MAX_NAME and safe_name(long) == long
 
 
 # --- the escapers ---------------------------------------------------------------------------------------------
