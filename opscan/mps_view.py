@@ -16,7 +16,7 @@ Every other call is what MPS dispatches too. Pure data: no torch import.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from opscan.opkey import OpKey
 from opscan.trace.records import Group, OpCall, TensorMeta, Trace
@@ -60,6 +60,7 @@ class MpsCall:
     callees: tuple[tuple[OpKey, tuple[str, ...]], ...] | None = None  # composite: what it runs
     attrs: tuple = ()
     call: tuple | None = None  # a lens group's high-level call: its tensors' metadata and argspec (Group.call)
+    registration: object = None  # trace.registrations.Registration: a custom op the target registered itself
 
 
 def mps_view(trace: Trace) -> tuple[MpsCall, ...]:
@@ -89,7 +90,8 @@ def mps_view(trace: Trace) -> tuple[MpsCall, ...]:
             out.extend(_callee(leaf, call) for leaf in leaves[call.index])
         else:
             out.append(_plain(call, () if call.expanded else None))
-    return tuple(out)
+    registered = dict(trace.registrations)  # custom ops the target registered itself (trace/registrations.py)
+    return tuple(replace(c, registration=registered[c.op]) if c.op in registered else c for c in out)
 
 
 def _first_top(trace: Trace, group: Group) -> int:

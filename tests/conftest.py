@@ -4,11 +4,15 @@ and paths to the crafted targets and the examples."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models are built from configs; nothing is downloaded
+# the bundles the tests make are recorded (opscan/bundle/record.py) in a store of this test session, not the user's
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="opscan-test-state-")
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -22,6 +26,11 @@ def _no_opscan_env(monkeypatch):
     for name in list(os.environ):
         if name.startswith("OPSCAN_"):
             monkeypatch.delenv(name)
+
+
+def pytest_unconfigure(config):
+    """The session's bundle records go with it."""
+    shutil.rmtree(os.environ["XDG_STATE_HOME"], ignore_errors=True)
 
 
 def pytest_addoption(parser):

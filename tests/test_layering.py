@@ -22,7 +22,8 @@ import networkx as nx
 import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "opscan"
-SHARED = ("opscan", "opscan.errors", "opscan.opkey", "opscan.verdict", "opscan.markers", "opscan.units")
+SHARED = ("opscan", "opscan.errors", "opscan.opkey", "opscan.verdict", "opscan.markers", "opscan.units",
+          "opscan.trust", "opscan.trust.read", "opscan.trust.names", "opscan.trust.text")
 STAGES = ("target", "trace", "mps_view", "knowledge", "predict", "probe", "graph", "report", "memory", "render",
           "repro", "accept", "scan", "zoo", "bundle", "cli")
 LOOSE_BUDGET = 10

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -27,7 +26,7 @@ from opscan.accept.run import DeviceRun, prepare, run_device
 from opscan.accept.spec import AcceptSpec
 from opscan.errors import ExitCode, OpscanError, StepError
 from opscan.graph.lanes import LANES
-
+from opscan.trust.read import read_json
 
 
 class AcceptDeviceError(OpscanError):
@@ -251,10 +250,11 @@ def _predicted(path: str | None, required: bool) -> dict | None:
         if required:
             raise OpscanError(f"--report {path!r} does not exist — pass a scan's report.json or leave --report out")
         return None
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lane = json.load(handle)["lane"]
-        return {"name": lane["name"], "reasons": list(lane.get("reasons", [])), "report": path}
-    except (OSError, ValueError, KeyError, TypeError):
-        raise OpscanError(f"{path} is not a scan's report.json (no lane in it) — rerun the scan or pass "
-                          "another --report") from None
+    fix = "rerun the scan or pass another --report"
+    report = read_json(path, "--report", fix, expected="a scan's report.json", error=OpscanError)
+    lane = report.get("lane") if isinstance(report, dict) else None
+    reasons = lane.get("reasons", []) if isinstance(lane, dict) else None
+    if not isinstance(lane, dict) or not isinstance(lane.get("name"), str) or not isinstance(reasons, list) \
+            or not all(isinstance(r, str) for r in reasons):
+        raise OpscanError(f"{path} is not a scan's report.json (no lane in it) — {fix}")
+    return {"name": lane["name"], "reasons": list(reasons), "report": path}

@@ -105,18 +105,12 @@ def parse_spec(data: Any, source: str, base: AcceptSpec | None = None) -> Accept
 
 
 def load_spec(path: str) -> AcceptSpec:
-    """Read and validate a YAML spec file (yaml.safe_load); every problem is a one-line SpecError."""
-    import yaml
+    """Read (the one reader, opscan/trust/read.py: size, depth, alias and encoding limits, yaml.SafeLoader) and
+    validate a YAML spec file; every problem is a one-line SpecError."""
+    from opscan.trust.read import read_yaml
 
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
-    except OSError as exc:
-        raise SpecError(f"cannot read spec {path!r}: {exc.strerror} — check the path given to --spec") from None
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" line {where.line + 1}" if where is not None else ""
-        raise SpecError(f"spec {path!r}{line} is not valid YAML — fix the file (see docs/accept.md)") from None
+    data = read_yaml(path, "spec", "check the path given to --spec, or fix the file (docs/accept.md)",
+                     error=SpecError)
     return parse_spec(data, path)
 
 

@@ -41,7 +41,7 @@ class BundleSpec:
     plan: object  # opscan.probe.calls.Plan
     workers: int | None  # None: min(4, cores) of the Mac
     timeout: float
-    on_pass: str = "when-needed"
+    on_pass: str = "when-needed"  # noqa: S105 - a probe pass's name ('on'/'off'), not a password
     repro: dict | None = None  # "repro/..." -> text (opscan.repro.render_files), or None
     repro_probes: dict | None = None  # "repro/....py" -> the probe id of its call (script_probes)
     repro_timeout: float = 120.0

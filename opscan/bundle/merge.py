@@ -8,14 +8,14 @@ the same code as `opscan TARGET --probe --device D`'s. The target must import wh
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from opscan.bundle import EARLIER_FORMATS, FORMAT, MANIFEST, PROBES
 from opscan.bundle.results import Results, bundle_problem
 from opscan.errors import OpscanError
 from opscan.probe.stage import ProbeSession
+from opscan.trust.read import SMALL_BYTES
 
 
 class BundleError(OpscanError):
@@ -38,15 +38,15 @@ class Bundle:
 
 
 def load_bundle(folder: Path) -> Bundle:
-    """Read a bundle folder; its probes must be the ones its manifest lists."""
-    from opscan.probe.protocol import ProbeCall
+    """Read a bundle folder as received (the one reader, opscan/trust/read.py); its files must be the ones its
+    manifest lists. Nothing here is trusted yet: `trusted` swaps the manifest for the record made here."""
+    from opscan.trust.read import read_bytes, read_json
 
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-        probes_data = (folder / PROBES).read_bytes()
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BundleError(f"{folder} is not an opscan bundle ({exc}) — pass --bundle with the folder "
-                          "`opscan bundle -o` wrote") from None
+    fix = "pass --bundle with the folder `opscan bundle -o` wrote"
+    if not (folder / MANIFEST).is_file():
+        raise BundleError(f"{folder} is not an opscan bundle (no {MANIFEST} in it) — {fix}")
+    manifest = read_json(folder / MANIFEST, "the bundle manifest", fix, expected="a bundle manifest",
+                         error=BundleError, max_bytes=SMALL_BYTES)
     if isinstance(manifest, dict) and manifest.get("format") in EARLIER_FORMATS:
         raise BundleError(f"{folder} was made by an earlier opscan (bundle format {manifest['format']}; this opscan "
                           f"reads format {FORMAT}) — make the bundle again with `opscan bundle`, rerun it, then merge")
@@ -57,8 +57,33 @@ def load_bundle(folder: Path) -> Bundle:
     if problem:
         raise BundleError(f"{folder} was modified after it was made ({problem}) — unpack the bundle again, or make "
                           "a new one")
-    probes = tuple(ProbeCall.from_dict(json.loads(line)) for line in probes_data.decode().splitlines() if line)
-    return Bundle(folder, manifest, manifest["bundle_hash"], probes)
+    data = read_bytes(folder / PROBES, f"the bundle's {PROBES}", fix, error=BundleError)
+    return Bundle(folder, manifest, manifest["bundle_hash"], _probes(folder / PROBES, data))
+
+
+def _probes(path: Path, data: bytes) -> tuple:
+    """The ProbeCalls of probes.jsonl (plain JSON data); BundleError naming the first line that is not one."""
+    from opscan.probe.protocol import ProbeCall
+    from opscan.trust.read import Malformed, json_value
+
+    probes = []
+    for number, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            probes.append(ProbeCall.from_dict(json_value(line)))
+        except (Malformed, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BundleError(f"{path}, line {number} is not a probe call ({type(exc).__name__}: {str(exc)[:80]}) "
+                              "— unpack the bundle again, or make a new one") from None
+    return tuple(probes)
+
+
+def trusted(bundle: Bundle) -> Bundle:
+    """The bundle with the manifest recorded on this machine when it was made (opscan/bundle/record.py) in place
+    of the received one; UntrustedBundleError (exit 2, naming what changed) when they differ or there is none."""
+    from opscan.bundle.record import trusted_manifest
+
+    return replace(bundle, manifest=trusted_manifest(bundle.manifest, bundle.folder))
 
 
 class ReplaySession(ProbeSession):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from opscan.errors import OpscanError
 from opscan.probe.protocol import PassOutcome, ProtocolError
@@ -50,22 +50,33 @@ def bundle_problem(folder: Path, manifest: dict) -> str | None:
     if not isinstance(manifest.get("files"), dict) or bundle_hash(manifest) != manifest.get("bundle_hash"):
         return "manifest.json does not match its bundle_hash"
     for rel, sha in sorted(manifest["files"].items()):
+        if _outside(rel):
+            return f"manifest.json lists {str(rel)[:80]!r}, not a file inside the bundle"
         path = Path(folder) / rel
         if not path.is_file() or digest(path.read_bytes()) != sha:
             return f"{rel} differs from the bundle's manifest"
     return None
 
 
-def parse_lines(data: bytes) -> tuple[list[dict], int, int | None]:
-    """(entries of the complete lines, byte length of the part read, number of the first bad line or None).
+def _outside(rel) -> bool:
+    """Whether a file the manifest lists is not a plain relative path inside the bundle (`..`, absolute, ...)."""
+    if not isinstance(rel, str) or "\\" in rel or PurePosixPath(rel).is_absolute():
+        return True
+    parts = PurePosixPath(rel).parts
+    return not parts or any(p in ("", ".", "..") for p in parts)
+
+
+def parse_lines(data: bytes, parse=json.loads) -> tuple[list[dict], int, int | None]:
+    """(entries of the complete lines, byte length of the part read, number of the first bad line or None);
+    `parse`: one line's JSON (merge passes the one reader's, opscan/trust/read.py json_value, with its limits).
 
     A last line without its newline (the run was killed mid-write) is torn: left out, not bad."""
     valid = data[: data.rfind(b"\n") + 1]
     entries: list[dict] = []
     for number, raw in enumerate(valid.splitlines(), 1):
         try:
-            entry = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            entry = parse(raw)
+        except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, the reader's Malformed
             return entries, len(valid), number
         if not isinstance(entry, dict) or not isinstance(entry.get("kind"), str):
             return entries, len(valid), number
@@ -78,9 +89,26 @@ def needed(probes, off: dict, on_pass: str) -> set[tuple[str, str]]:
     pairs = {(p.id, "off") for p in probes}
     for p in probes:
         status = off[p.id].status if p.id in off else None
-        if status == "raised" or (on_pass == "always" and status not in (None, "unbuildable")):
+        if status == "raised" or (on_pass == "always" and status not in (None, "unbuildable")):  # noqa: S105 - a probe pass's name ('on'/'off'), not a password
             pairs.add((p.id, "on"))
     return pairs
+
+
+# what merge reads of each kind of line, and the types it needs (None: the field may be null or absent)
+SHAPES = {"header": {"workers": (int, None), "timeout_s": (int, float), "isolation": (str,), "on_pass": (str,)},
+          "environment": {"environment": (dict, None)}, "host": {"files": (dict, None)},
+          "repro": {"script": (str,), "probe": (str, None), "output": (str, None), "exit_code": (int, None),
+                    "device": (str, None), "environment": (dict, None)}}
+
+
+def _misshapen(entry: dict) -> str | None:
+    """'field X of type T' when a line merge reads lacks a field it needs or has one of the wrong type."""
+    for field, types in SHAPES.get(entry.get("kind"), {}).items():
+        value = entry.get(field)
+        if not (value is None and None in types) and (isinstance(value, bool) or not isinstance(
+                value, tuple(t for t in types if t is not None))):
+            return f"a field {field!r} of type {type(value).__name__}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -96,13 +124,13 @@ class Results:
 
 
 def load(path: Path, bundle: str, probes, on_pass: str) -> Results:
-    """Read and validate a finished results file of the bundle whose hash is `bundle`; ResultsError if not."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ResultsError(f"cannot read results file {path}: {exc.strerror or exc} — pass results/results.jsonl "
-                           "as the bundle's run.sh wrote it") from None
-    entries, size, bad = parse_lines(data)
+    """Read and validate a finished results file of the bundle whose hash is `bundle`; ResultsError if not.
+    Merge only (the Mac never reads a results file it did not write): the one reader's limits apply."""
+    from opscan.trust.read import json_value, read_bytes
+
+    data = read_bytes(path, "results file", "pass results/results.jsonl as the bundle's run.sh wrote it",
+                      error=ResultsError)
+    entries, size, bad = parse_lines(data, json_value)
     if bad is not None:
         raise ResultsError(f"corrupted results file {path}: line {bad} is not a JSON record — {AGAIN}")
     header = entries[0] if entries else {}
@@ -126,11 +154,13 @@ def load(path: Path, bundle: str, probes, on_pass: str) -> Results:
 def _collect(path, entries: list[dict], probes, on_pass: str) -> Results:
     outcomes, envs, host, repro = {}, {}, {}, {}
     for number, entry in enumerate(entries, 1):
-        kind = entry.get("kind")
+        kind, wrong = entry.get("kind"), _misshapen(entry)
+        if wrong:
+            raise ResultsError(f"corrupted results file {path}: line {number} ({kind}) has {wrong} — {AGAIN}")
         if kind == "outcome":
             try:
                 outcome = PassOutcome.from_dict({k: v for k, v in entry.items() if k != "kind"})
-            except (ProtocolError, TypeError) as exc:
+            except (ProtocolError, TypeError, KeyError, ValueError, AttributeError) as exc:
                 raise ResultsError(f"corrupted results file {path}: line {number} is not a probe outcome "
                                    f"({str(exc)[:120]}) — {AGAIN}") from None
             outcomes[(outcome.probe, outcome.pass_name)] = outcome
@@ -140,7 +170,7 @@ def _collect(path, entries: list[dict], probes, on_pass: str) -> Results:
             host = entry.get("files") or {}
         elif kind == "repro":
             repro[entry.get("script")] = entry
-    off = {probe: o for (probe, pass_name), o in outcomes.items() if pass_name == "off"}
+    off = {probe: o for (probe, pass_name), o in outcomes.items() if pass_name == "off"}  # noqa: S105 - a probe pass's name ('on'/'off'), not a password
     missing = sorted(needed(probes, off, on_pass) - set(outcomes))
     if missing:
         raise ResultsError(f"truncated results file {path}: {len(missing)} probe outcomes are missing (first: "

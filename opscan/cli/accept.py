@@ -17,11 +17,12 @@ import sys
 from pathlib import Path
 
 from opscan.cli.command import Command, check_output_dir, from_start, output_folder
-from opscan.cli.common import check_writable, emit, quiet_torch_logs, safe_name
+from opscan.cli.common import check_writable, emit, quiet_torch_logs
 from opscan.cli.files import write_whole
 from opscan.cli.options import DEFAULT_STEP_TIMEOUT, Parser, count, env_flag, seconds, seed
 from opscan.errors import UsageError
 from opscan.target.run import RunContext
+from opscan.trust.names import safe_name
 
 log = logging.getLogger("opscan")
 

@@ -8,17 +8,19 @@ Traces the step, plans its probes for the device (the cap of measured mode) and 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from pathlib import Path
 
 from opscan.cli.command import Command, from_start
-from opscan.cli.common import emit, quiet_torch_logs, safe_name
+from opscan.cli.common import emit, quiet_torch_logs
 from opscan.cli.files import prepare_folder, write_whole
 from opscan.cli.options import seconds
 from opscan.cli.scan_flags import build_parser as scan_parser
 from opscan.cli.scan_flags import scan_options
-from opscan.errors import ExitCode, UsageError
+from opscan.errors import ExitCode, OutputError, UsageError
 from opscan.target.run import RunContext
+from opscan.trust.names import inside, safe_name
 
 log = logging.getLogger("opscan")
 OUTPUT_FLAGS = ("-o", "--output-dir")
@@ -64,7 +66,7 @@ def scan_argv(argv: list[str]) -> list[str]:
 
 
 def _bundle(args, ctx: RunContext) -> int:
-    from opscan.bundle.make import BundleSpec, bundle_files, zip_bytes
+    from opscan.bundle.make import BundleSpec, bundle_files
     from opscan.bundle.merge import repro_files
     from opscan.bundle.options import options_to_data
     from opscan.probe.calls import plan
@@ -90,15 +92,33 @@ def _bundle(args, ctx: RunContext) -> int:
     spec = BundleSpec(args.target, name, options_to_data(options), probe_plan, args.workers, timeout,
                       repro=repro, repro_probes=repro_probes, repro_timeout=args.repro_timeout)
     files = bundle_files(spec, folder.name)
-    archive = folder.with_name(folder.name + ".zip")
-    prepare_folder(ctx, folder)
-    write_whole(ctx, {**{folder / rel: data for rel, data in files.items()}, archive: zip_bytes(files, folder.name)},
-                executable=(folder / "run.sh",))
+    archive = _write(ctx, folder, files)
     log.warning("wrote the bundle %s (%d probes on %s, %d repro files) and %s — on the Mac: ./run.sh, then "
                 "`opscan merge results.jsonl --bundle %s`", folder, len(probe_plan.probes), device,
                 len(repro or {}), archive, folder)
     emit(ctx, f"{folder}\n{archive}\n")
     return ExitCode.OK
+
+
+def _write(ctx: RunContext, folder: Path, files: dict[str, bytes]) -> Path:
+    """The bundle folder, its zip and its record in this machine's store (what merge trusts: opscan/bundle/
+    record.py), all written whole or none; the zip's path."""
+    from opscan.bundle import MANIFEST
+    from opscan.bundle.make import zip_bytes
+    from opscan.bundle.record import record_path, store
+
+    manifest = files[MANIFEST]
+    record = record_path(json.loads(manifest)["bundle_hash"])
+    try:
+        store().mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot record the bundle in {store()}: {exc.strerror or exc} — set XDG_STATE_HOME to "
+                          "a writable folder (merge needs the record)") from None
+    archive = folder.with_name(folder.name + ".zip")
+    prepare_folder(ctx, folder)
+    write_whole(ctx, {**{inside(folder, rel): data for rel, data in files.items()},
+                      archive: zip_bytes(files, folder.name), record: manifest}, executable=(folder / "run.sh",))
+    return archive
 
 
 def check_new(folder: Path) -> None:

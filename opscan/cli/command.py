@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from opscan.cli.common import check_writable, configure_logging, run_guarded, safe_name
+from opscan.cli.common import check_writable, configure_logging, run_guarded
 from opscan.cli.files import check_owner, claim, identity
 from opscan.cli.options import apply_environment
 from opscan.target.run import RunContext, offline
+from opscan.trust.names import safe_name
 
 PATH_FLAGS = ("baseline", "results", "bundle", "report", "spec")  # made absolute before the target's code runs
 

@@ -17,9 +17,12 @@ import sys
 import traceback
 from pathlib import Path
 
-from opscan.cli.files import is_open, output_error, prepare_folder, remove_created, write_whole
+from opscan.cli.files import (is_open, output_error, prepare_folder, remove_created, remove_stale, stale_repro,
+                              write_whole)
 from opscan.errors import ExitCode, OpscanError, OutputError
 from opscan.target.run import RunContext
+from opscan.trust.names import inside
+from opscan.trust.text import ascii_text, encodable, printable
 
 log = logging.getLogger("opscan")
 VERDICT_NAMES = ("native", "unknown", "cpu_fallback", "unsupported", "unsupported_dtype", "mismatch",
@@ -68,7 +71,7 @@ def _mapped(ctx: RunContext, body, verbose: int) -> int:
 
 
 def _user_error(line: str, user_traceback: str | None) -> int:
-    print(f"opscan: error: {line}", file=sys.stderr)
+    print(f"opscan: error: {printable(line, newlines=False)}", file=sys.stderr)
     if user_traceback:
         print(user_traceback, file=sys.stderr)
     return ExitCode.USAGE
@@ -138,6 +141,8 @@ def emit(ctx: RunContext, text: str) -> None:
     if stream is None:
         raise OutputError("stdout is closed, so the output has nowhere to go — run opscan with stdout open "
                           "(e.g. > FILE)")
+    if not encodable(text, getattr(stream, "encoding", None)):  # render() degraded its formats; this is the rest
+        text = ascii_text(text)
     try:
         stream.write(text)
         stream.flush()
@@ -156,6 +161,14 @@ def _silence(stream) -> None:
 
 
 def render(ctx: RunContext, report, args, baseline=None) -> str:
+    """The report in the chosen format, for the artefact stream: in ASCII when that stream cannot encode it
+    (PYTHONIOENCODING=ascii, LC_ALL=C without UTF-8 mode), each format in its own way."""
+    text = _rendered(ctx, report, args, baseline)
+    encoding = getattr(artefact(ctx), "encoding", None)
+    return text if encodable(text, encoding) else degraded(report, args.format, text)
+
+
+def _rendered(ctx: RunContext, report, args, baseline=None) -> str:
     from opscan.render import FORMATS
 
     if args.format == "junit":
@@ -165,6 +178,18 @@ def render(ctx: RunContext, report, args, baseline=None) -> str:
         return FORMATS["table"](report, verbose=args.verbose > 0, tree=args.tree,
                                 width=_width(out), color=_isatty(out))
     return FORMATS[args.format](report)
+
+
+def degraded(report, fmt: str, text: str) -> str:
+    """`text` (the report rendered as `fmt`) in ASCII that means the same: YAML re-dumped with escapes, XML and
+    HTML with character references, JSON is ASCII already, the table with ASCII spellings."""
+    if fmt == "yaml":
+        from opscan.render.structured import render_yaml
+
+        return render_yaml(report, ascii_only=True)
+    if fmt in ("junit", "html"):
+        return text.encode("ascii", "xmlcharrefreplace").decode("ascii")
+    return ascii_text(text)
 
 
 def write_reports(ctx: RunContext, report, out_dir: Path, real_outputs: dict | None = None,
@@ -184,8 +209,10 @@ def write_reports(ctx: RunContext, report, out_dir: Path, real_outputs: dict | N
         from opscan.repro import render_files
 
         rendered = render_files(report.to_dict(), device=device, real_outputs=real_outputs)
-        repro = {out_dir / rel: text for rel, text in rendered.items()}
+        repro = {inside(out_dir, rel): text for rel, text in rendered.items()}
+    stale = stale_repro(out_dir, set(repro))
     write_whole(ctx, {**files, **repro}, tuple(p for p in repro if p.suffix == ".py"))
+    remove_stale(stale, out_dir / "repro")
     log.warning("wrote %s, report.yaml, report.html and the step graph (GraphML)", out_dir / "report.json")
     if repro:
         log.warning("wrote %d repro files into %s", len(repro), out_dir / "repro")
@@ -209,10 +236,18 @@ def exit_code(report, fail_on: str | None, baseline=None) -> int:
 def configure_logging(level: int) -> None:
     """opscan's logger to stderr at -v/-q's level."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("opscan: %(message)s"))
+    handler.setFormatter(_Printable("opscan: %(message)s"))
     log.handlers[:] = [handler]
     log.propagate = False
     log.setLevel(logging.INFO if level >= 0 else logging.WARNING if level == -1 else logging.ERROR)
+
+
+class _Printable(logging.Formatter):
+    """opscan's log lines with control characters and terminal escape sequences (a module or model name, an
+    exception text from a Mac) as visible escapes (opscan/trust/text.py)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
 
 
 def quiet_torch_logs(ctx: RunContext, verbose: int) -> None:
@@ -239,10 +274,6 @@ def _isatty(stream) -> bool:
         return bool(stream.isatty())
     except (OSError, ValueError, AttributeError):
         return False
-
-
-def safe_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "model"
 
 
 def _flush(*streams) -> None:

@@ -9,6 +9,8 @@ What makes folders or writes takes the run's context (opscan/target/run.py RunCo
 - `write_under(ctx, folder, files)`: the same for files named by paths relative to `folder` (scripts executable).
 - `prepare_folder(ctx, path)`: create the folder (remembering what it created: a run that ends without writing
   into it removes the folders it made, when they are still empty) and check that it is writable.
+- `stale_repro(out_dir, current)` / `remove_stale`: the repro files (repro/<op>/repro_N.py, ISSUE.md) of an earlier
+  run that the report now written does not have, removed once the new files are in place.
 - `claim(ctx, folder, identity)`: a folder holding another target's results (its `.opscan-target.json`, or an
   earlier report.json naming another target) is refused with exit 2; nothing is ever deleted, and the same
   target's journal stays for `--resume`. The marker is written before anything else goes into the folder.
@@ -19,10 +21,13 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 from pathlib import Path
 
 from opscan.errors import OutputError, UsageError
 from opscan.target.run import RunContext
+from opscan.trust.names import inside
+from opscan.trust.read import MAX_BYTES, SMALL_BYTES, read_json
 
 MARKER = ".opscan-target.json"
 _FIX = {errno.ENOSPC: "free some space and rerun", errno.EDQUOT: "free some space (disk quota) and rerun",
@@ -54,7 +59,7 @@ def write_file(ctx: RunContext, path: Path, content: str | bytes, executable: bo
 def write_under(ctx: RunContext, folder: Path, files: dict[str, str]) -> list[Path]:
     """Files named relative to `folder` (render_files' output; scripts executable), whole or not at all; the
     paths written."""
-    paths = {folder / rel: text for rel, text in files.items()}
+    paths = {inside(folder, rel): text for rel, text in files.items()}
     return write_whole(ctx, paths, tuple(p for p in paths if p.suffix == ".py"))
 
 
@@ -160,9 +165,9 @@ def held_by(folder: Path) -> dict | None:
     for name, read in ((MARKER, lambda d: d), ("report.json", _report_identity)):
         path = folder / name
         if path.is_file():
-            try:
-                found = read(json.loads(path.read_text(encoding="utf-8")))
-            except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError):
+            try:  # the one reader (opscan/trust/read.py): a huge or deeply nested file is unreadable, not a bug
+                found = read(read_json(path, name, "", max_bytes=SMALL_BYTES if name == MARKER else MAX_BYTES))
+            except (UsageError, TypeError, AttributeError, KeyError):
                 found = None
             return found if isinstance(found, dict) else {"target": f"a {name} opscan cannot read"}
     return None
@@ -188,3 +193,27 @@ def same_target(held: dict, mine: dict) -> bool:
         old = str(held.get("target"))
         return mine["resolved"] == old or mine["resolved"].endswith(os.sep + old) or mine["target"] == old
     return held.get("resolved") == mine["resolved"]
+
+
+REPRO_FILE = re.compile(r"repro_\d+\.py|ISSUE\.md")
+
+
+def stale_repro(out_dir: Path, current: set[Path]) -> list[Path]:
+    """The files an earlier run wrote into `out_dir`/repro/<op>/ (repro_N.py, ISSUE.md: opscan's names only) that
+    the report now written does not have: after a rescan (another --arg, a fixed model, no --repro) repro/ holds
+    the current report's findings only."""
+    folder = out_dir / "repro"
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.glob("*/*") if REPRO_FILE.fullmatch(p.name) and p not in current
+                  and p.is_file() and not p.is_symlink())
+
+
+def remove_stale(paths: list[Path], folder: Path) -> None:
+    """Remove `paths` (stale_repro's, once the new files are in place), then the op folders left empty."""
+    for path in paths:
+        _unlink(path)
+    for parent in sorted({p.parent for p in paths}, reverse=True):
+        remove_if_empty(parent)
+    if paths:
+        remove_if_empty(folder)

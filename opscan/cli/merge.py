@@ -1,9 +1,11 @@
 """CLI: `opscan merge RESULTS [--bundle DIR]` — fold a bundle's results into the measured report.
 
-Validates the results file first (corrupted, foreign, tampered or truncated: exit 2, one line), rebuilds the
-measured report (opscan/bundle/merge.py), writes report.json/yaml/html/graphml and the repro files as the scan
-does, prints the predicted-vs-measured differences on stderr first, then the chosen format on stdout. Exit
-codes as the scan's.
+Validates the results file first (corrupted, foreign, tampered or truncated: exit 2, one line), then takes the
+bundle's manifest from the record `opscan bundle` made on this machine (opscan/bundle/record.py: a bundle folder
+whose manifest differs from it, or that has none, is exit 2 naming what changed — nothing the folder names is
+imported), rebuilds the measured report (opscan/bundle/merge.py), writes report.json/yaml/html/graphml and the
+repro files as the scan does, prints the predicted-vs-measured differences on stderr first, then the chosen
+format on stdout. Exit codes as the scan's.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from opscan.cli.files import check_owner, identity
 from opscan.cli.options import DEFAULT_STEP_TIMEOUT, Parser, seconds
 from opscan.errors import UsageError
 from opscan.target.run import RunContext
+from opscan.trust.text import printable
 
 log = logging.getLogger("opscan")
 
@@ -44,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _merge(args, ctx: RunContext) -> int:
     quiet_torch_logs(ctx, args.verbose)
     from opscan.bundle import results as results_file
-    from opscan.bundle.merge import differences, load_bundle, merged_report, real_outputs
+    from opscan.bundle.merge import differences, load_bundle, merged_report, real_outputs, trusted
 
 
     path = Path(args.results)
@@ -55,6 +58,7 @@ def _merge(args, ctx: RunContext) -> int:
         raise UsageError(f"no bundle above {path} — pass --bundle DIR (the folder `opscan bundle -o` wrote)")
     bundle = load_bundle(folder)
     results = results_file.load(path, bundle.hash, bundle.probes, bundle.on_pass)
+    bundle = trusted(bundle)  # from here on, the manifest recorded here when the bundle was made: never the folder's
     log.info("results intact: %d outcomes from %s — the sha256 digest rules out corruption and careless edits, not a "
              "deliberate forgery (anyone can recompute it); tracing %s again …", len(results.outcomes),
              (results.environments.get("off") or {}).get("platform", "?"), args.target or bundle.manifest["target"])
@@ -63,7 +67,8 @@ def _merge(args, ctx: RunContext) -> int:
         check_owner(Path(args.output_dir), args.identity)
     report = merged_report(bundle, results, args.target, ctx)
     lines = differences(report)
-    print("\n".join([f"predicted vs measured: {len(lines)} rows differ", *lines]), file=sys.stderr, flush=True)
+    print(printable("\n".join([f"predicted vs measured: {len(lines)} rows differ", *lines])), file=sys.stderr,
+          flush=True)
     out_dir = output_folder(ctx, args, report.model_name)
     write_reports(ctx, report, out_dir, real_outputs(results), device=bundle.manifest["device"])
     args.tree = False

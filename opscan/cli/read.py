@@ -1,4 +1,5 @@
-"""CLI layer: the user's report files a command reads — untrusted input, read with json only.
+"""CLI layer: the user's report files a command reads — untrusted input, read by the one reader
+(opscan/trust/read.py: size, nesting and encoding limits).
 
 `load_baseline` (`--baseline`): the rows of an earlier report.json for the gate (render/gate.py);
 `check_report_rows`: a report.json whose rows are not rows as a scan writes them is refused first, naming the row.
@@ -7,10 +8,10 @@ A file that cannot be read, or is not a report, is one line and exit 2.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from opscan.errors import UsageError
+from opscan.trust.read import read_json
 
 
 def load_baseline(path: str | Path):
@@ -18,11 +19,9 @@ def load_baseline(path: str | Path):
     error (exit 2)."""
     from opscan.render.gate import baseline_from
 
+    doc = read_json(path, "the baseline", "pass the report.json of an earlier scan", expected="an opscan report.json")
     try:
-        return baseline_from(json.loads(Path(path).read_text(encoding="utf-8")), str(path))
-    except OSError as exc:
-        raise UsageError(f"cannot read the baseline {str(path)!r}: {exc.strerror or exc} "
-                         "— pass a report.json written by opscan") from None
+        return baseline_from(doc, str(path))
     except (ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"the baseline {str(path)!r} is not an opscan report.json ({type(exc).__name__}: {exc}) "
                          "— pass the report.json of an earlier scan") from None
@@ -33,10 +32,7 @@ def check_report_rows(path: str, what: str) -> None:
     a UsageError naming `what` and the first bad row."""
     from opscan.verdict import Verdict
 
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return  # the loader says what is wrong with the file itself
+    doc = read_json(path, what, "pass the report.json of an earlier scan", expected="an opscan report.json")
     rows = doc.get("ops") if isinstance(doc, dict) else None
     names = {v.value for v in Verdict}
     for i, row in enumerate(rows if isinstance(rows, list) else []):

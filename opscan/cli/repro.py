@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import sys
 from pathlib import Path
 
@@ -80,12 +79,10 @@ def _rendered(path: str, report: dict, op: str, findings: list[dict], device: st
 def load_report(path: str) -> dict:
     """report.json as a dict; a missing or malformed file is a ReproError."""
     from opscan.repro import ReproError
+    from opscan.trust.read import read_json
 
-    try:
-        report = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReproError(f"cannot read {path!r} as a report ({type(exc).__name__}) — pass the report.json a scan "
-                         "wrote") from None
+    report = read_json(path, "the report", "pass the report.json a scan wrote", expected="an opscan report.json",
+                       error=ReproError)
     if not isinstance(report, dict):
         raise ReproError(f"{path!r} is not a report (not a JSON object) — pass the report.json a scan wrote")
     check_findings(report, path)

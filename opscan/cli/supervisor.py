@@ -150,7 +150,7 @@ def _start(argv: list[str], ctl: int, lifeline: int, dump: int) -> subprocess.Po
     closed = not is_open(1)
     env = {**os.environ, ENV: f"{ctl},{lifeline},{dump},{int(closed)}", PATH_ENV: json.dumps(sys.path)}
     flags = subprocess._args_from_interpreter_flags()  # -X, -W, -I ... as this interpreter was started
-    return subprocess.Popen([sys.executable, *flags, "-c", BOOT, *argv], env=env, pass_fds=(ctl, lifeline, dump),
+    return subprocess.Popen([sys.executable, *flags, "-c", BOOT, *argv], env=env, pass_fds=(ctl, lifeline, dump),  # noqa: S603 - this interpreter, opscan's own boot code; argv is the user's
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL if closed else None,
                             stderr=None if is_open(2) else subprocess.DEVNULL, start_new_session=True)
 

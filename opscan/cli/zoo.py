@@ -19,11 +19,12 @@ import sys
 from pathlib import Path
 
 from opscan.cli.command import Command
-from opscan.cli.common import emit, safe_name
+from opscan.cli.common import emit
 from opscan.cli.files import prepare_folder, write_whole
 from opscan.cli.options import Parser, count, seconds
 from opscan.errors import ExitCode, UsageError
 from opscan.target.run import RunContext
+from opscan.trust.names import safe_name
 
 log = logging.getLogger("opscan")
 DEFAULT_TIMEOUT = 900.0
@@ -70,23 +71,22 @@ def main(argv: list[str], ctx: RunContext | None = None) -> int:
 
 
 def _diff(args, ctx: RunContext) -> int:
+    from opscan.trust.text import printable
     from opscan.zoo.outputs import diff, render_diff
 
     old, new = _board(Path(args.old)), _board(Path(args.new))
     found = diff(old, new)
-    emit(ctx, render_diff(found) if args.format == "text" else json.dumps(found.to_dict(), indent=1) + "\n")
+    text = printable(render_diff(found)) if args.format == "text" else json.dumps(found.to_dict(), indent=1) + "\n"
+    emit(ctx, text)  # the leaderboards are files from elsewhere: their names print with escapes, never raw
     return ExitCode.FINDINGS if found.changes else ExitCode.OK
 
 
 def _board(path: Path):
+    from opscan.trust.read import read_json
     from opscan.zoo.board import Leaderboard
 
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError:
-        raise UsageError(f"{path} is not JSON — pass the leaderboard.json `opscan zoo` wrote") from None
+    data = read_json(path, "the leaderboard", "pass the leaderboard.json `opscan zoo` wrote",
+                     expected="a leaderboard.json")
     return Leaderboard.from_dict(data, str(path))
 
 
@@ -237,11 +237,16 @@ class _progress:
         return self
 
     def advance(self, n: int, result: dict | None = None) -> None:
+        from rich.markup import escape as markup_escape
+
+        from opscan.trust.text import printable
+
         if result is not None:
             name = result["model"]["name"]
             if result.get("error"):
                 log.warning("%s: %s", name, result["error"])
-            self.bar.update(self.task, description=f"{name} ({result['seconds']:.0f} s)")
+            self.bar.update(self.task, description=markup_escape(printable(f"{name} ({result['seconds']:.0f} s)",
+                                                                          newlines=False)))
         self.bar.advance(self.task, n)
 
     def __exit__(self, *exc):

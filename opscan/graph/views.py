@@ -11,6 +11,7 @@ from xml.sax.saxutils import escape, quoteattr
 import networkx as nx
 
 from opscan.graph.transfers import Cost, Transfers
+from opscan.trust.text import xml_text
 from opscan.verdict import Verdict
 
 GRAPHML_CALLS = "graph.graphml"
@@ -141,9 +142,9 @@ def graphml_text(g: nx.DiGraph, transfers: Transfers | None = None) -> str:
              "</edge>" for u, v, d in g.edges(data=True)]
     out = ['<?xml version="1.0" encoding="utf-8"?>',
            '<graphml xmlns="http://graphml.graphdrawing.org/xmlns">']
-    out += [f'<key id="n{i}" for="node" attr.name={quoteattr(k)} attr.type="{t}"/>'
+    out += [f'<key id="n{i}" for="node" attr.name={quoteattr(xml_text(k))} attr.type="{t}"/>'
             for i, (k, (_, t)) in enumerate(node_keys.items())]
-    out += [f'<key id="e{i}" for="edge" attr.name={quoteattr(k)} attr.type="{t}"/>'
+    out += [f'<key id="e{i}" for="edge" attr.name={quoteattr(xml_text(k))} attr.type="{t}"/>'
             for i, (k, (_, t)) in enumerate(edge_keys.items())]
     out.append('<graph edgedefault="directed">')
     out += body
@@ -183,11 +184,13 @@ def _data(attrs: dict, keys: dict, prefix: str, texts: dict) -> str:
 def _quoted(node, names: dict) -> str:
     text = names.get(node)
     if text is None:
-        text = names[node] = quoteattr(str(node))
+        text = names[node] = quoteattr(xml_text(node))
     return text
 
 
 def _value(v) -> str:
+    """A <data> element's text: characters XML 1.0 forbids (a control character in a module name) written as
+    visible escapes (opscan/trust/text.py), then escaped."""
     if isinstance(v, bool):
         return "true" if v else "false"
-    return escape(str(v))
+    return escape(xml_text(v))

@@ -250,7 +250,7 @@ def parse_torchvision(raw: dict) -> Mapping[OpKey, TorchvisionOp]:
 def _read(path: str) -> dict:
     """yaml.safe_load a file into a mapping."""
     with open(path, encoding="utf-8") as fh:
-        data = yaml.load(fh, Loader=_LOADER)
+        data = yaml.load(fh, Loader=_LOADER)  # noqa: S506 - _LOADER is yaml's (C)SafeLoader; the file is opscan's own
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping at the top level")
     return data

@@ -35,6 +35,7 @@ import torch
 
 from opscan.memory.estimate import curve, without_indices
 from opscan.memory.tracker import track_step
+from opscan.target.loaders import in_process_loaders, stderr_aside
 from opscan.trace import fake, step
 from opscan.trace.call_cache import MetaCache
 from opscan.trace.lens import Lens
@@ -116,15 +117,18 @@ def scaled_runs(target, dtype: str | None, inference: bool, has_mps_kernel: Call
     if batch is None:
         return Scaling(None, (), "none", "no input tensor has a leading (batch) dimension")
     listed = tensor_list_length(target.inputs) is not None
-    errors = []
+    errors, printed = [], []
     for method in ("meta", "fake"):
         cache = MetaCache() if method == "meta" else None  # shared: calls on the weights repeat across runs
         try:
-            runs = tuple(_run(target, method, k, batch, dtype, inference, (has_mps_kernel, macos), stand, listed,
-                              cache) for k in FACTORS)
+            # a DataLoader's workers cannot take fake tensors, and what processes the step starts print (a
+            # worker's traceback) is not the user's to read: the trace ran this step in view (target/loaders.py)
+            with stderr_aside(printed), in_process_loaders():
+                runs = tuple(_run(target, method, k, batch, dtype, inference, (has_mps_kernel, macos), stand,
+                                  listed, cache) for k in FACTORS)
         except Exception as exc:  # noqa: BLE001 - a step that can't be scaled is reported, not fatal
             errors.append(f"{method}: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}")
-            log.debug("sizing run on %s tensors failed: %s", method, errors[-1])
+            log.debug("sizing run on %s tensors failed: %s (it printed %r)", method, errors[-1], printed[-1][-2000:])
             continue
         return Scaling(batch, runs, method, varied=LIST if listed else LEADING)
     return Scaling(batch, (), "none", f"the step could not run at batch {batch * FACTORS[0]} ({'; '.join(errors)}): "

@@ -79,6 +79,12 @@ def batch_line(fits: tuple[Fit, ...], batch: int | None, scaled: bool = True) ->
     return f"largest batch that fits (traced at {batch}): " + " · ".join(cells)
 
 
+def _not_sized(scaling: dict[str, Any]) -> str:
+    """Why the batch was not sized, when it was not (the sizing runs failed: said, never silent)."""
+    note = scaling.get("note") if not scaling.get("points") else None
+    return f"largest batch: not sized — {note}" if note else ""
+
+
 def memory_section(est: Estimate, fits: tuple[Fit, ...], scaling: dict[str, Any], macos: str,
                    bf16_blocked: tuple[str, ...], dtype: str | None) -> dict[str, Any]:
     """The report's `memory` section."""
@@ -87,7 +93,7 @@ def memory_section(est: Estimate, fits: tuple[Fit, ...], scaling: dict[str, Any]
         "basis": BASIS,
         "peak_bytes": peak,
         "line": fit_line(peak, fits),
-        "batch_line": batch_line(fits, est.batch, bool(scaling.get("points"))),
+        "batch_line": batch_line(fits, est.batch, bool(scaling.get("points"))) or _not_sized(scaling),
         "estimate": est.to_dict(),
         "macs": [f.to_dict() for f in fits],
         "batch_scaling": {"varied": "the leading dimension of the input tensors", **scaling},

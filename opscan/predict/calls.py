@@ -46,7 +46,8 @@ def predict_call(call: MpsCall, kb: Knowledge, cache: dict) -> Classification:
     if note and any(d < 0 for dims in note.values() for d in dims):
         note = None  # a size that depends on values (-1 under fake tensors): no shape rule can judge it
     args = call_args(call) if needs_args(call.op, kb) else None
-    key = (call.op, call.dtypes, call.callees, repr(note), call.cpu_op, call.rule, repr(args), silent.key(call))
+    key = (call.op, call.dtypes, call.callees, repr(note), call.cpu_op, call.rule, repr(args), silent.key(call),
+           call.registration)
     if key not in cache:
         cache[key] = silent.silent_verdict(call, kb, _classify(call, kb, note, args))
     return cache[key]
@@ -69,7 +70,7 @@ def _classify(call: MpsCall, kb: Knowledge, note, args=None) -> Classification:
         return Classification(Verdict.NATIVE, Evidence(
             "mps-copy", f"copy_ into or out of an MPS tensor runs MPS's own copy (torch {kb.release})", SRC_COPY))
     found = predict_op(call.op, call.dtypes, kb, callees=call.callees or None, args_note=note, cpu_op=call.cpu_op,
-                       args=args)
+                       args=args, registration=call.registration)
     if call.rule == release_paths.UNKNOWN_RULE:
         return release_paths.judge_unknown(found, call, kb)
     if call.rule and found.verdict == Verdict.NATIVE:

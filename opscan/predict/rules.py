@@ -22,6 +22,8 @@ rules below in order and the first that applies decides (dtype rules: dtype_rule
 | 7 | `c10d-no-fallback` / `c10d-out-of-scope` | `error` (2.11+) / `unknown` |
 | 7 | `torchvision-mps` / `torchvision-mps-later` | `native` / `unsupported` (release before the kernel) |
 | 7 | `torchvision-not-in-table` / `namespace-no-table` | `unknown`: no sourced table decides |
+| 7 | `target-registration-mps` / `-composite` / `-no-mps` | `native` / `unknown` / `unsupported`: the target's own |
+|   |   | torch.library op, by the dispatch keys its registration has kernels for (trace/registrations.py) |
 | 8 | `composite-callees` / `composite-no-callees` | worst callee verdict / `unknown` |
 | 8 | `composite-path` / `composite-no-native-path` | no traced callees: the path its arguments take / the least |
 |   |  | severe of the paths' worst callees when every path has a non-native one (predict/paths.py) |
@@ -63,6 +65,7 @@ class _Call:
     args_note: dict | None
     cpu_op: OpKey | None = None  # the op the CPU trace showed, when the MPS view runs another
     args: CallArgs | None = None  # the call's arguments, for the kernels' runtime checks
+    registration: object = None  # trace.registrations.Registration of a custom op the target registered itself
 
     @property
     def release(self) -> str:
@@ -144,9 +147,12 @@ def _distributed(c: _Call) -> Classification | None:
 
 
 def _other_namespace(c: _Call) -> Classification | None:
-    """Rule 7: non-aten ops are known only through a sourced table (torchvision's)."""
+    """Rule 7: non-aten ops are known only through a sourced table (torchvision's), or — a custom op the target
+    registered itself — through its own registrations."""
     if c.op.namespace == "aten":
         return None
+    if c.registration is not None:
+        return _target_registration(c, c.registration)
     entry = c.kb.torchvision.get(c.op)
     if entry is not None:
         return _torchvision(c, entry)
@@ -155,6 +161,24 @@ def _other_namespace(c: _Call) -> Classification | None:
             f"{c.release} is not known (without an MPS kernel the boxed fallback takes it)")
     source = "opscan/knowledge/torchvision.yaml (the only non-aten table)"
     return _result(Verdict.UNKNOWN, rule, text, source, CHECK_ON_MAC)
+
+
+def _target_registration(c: _Call, reg) -> Classification:
+    """Rule 7: the target's own torch.library registration, as this process holds it (the same Python code
+    registers the same kernels on the Mac, whatever the release)."""
+    where = f"its registration (torch.library, {reg.at}) has kernels for {', '.join(reg.kernels)}"
+    source = f"the dispatcher's registrations of {c.op} in this process (torch._C._dispatch_dump)"
+    if reg.mps:
+        return _result(Verdict.NATIVE, "target-registration-mps", f"{c.op}: {where}, MPS among them", source)
+    if reg.composite:
+        text = (f"{c.op}: {where}: no MPS kernel, but a {reg.composite} kernel that runs its Python body on MPS "
+                "tensors, so the ops that body calls decide (they are not traced one by one)")
+        return _result(Verdict.UNKNOWN, "target-registration-composite", text, source, CHECK_ON_MAC)
+    text = (f"{c.op}: {where}: no MPS kernel and no composite one, so on MPS it raises NotImplementedError with "
+            "PYTORCH_ENABLE_MPS_FALLBACK unset and runs on the CPU with it set")
+    remedy = (f"register an MPS kernel for it (torch.library.register_kernel(\"{c.op}\", \"mps\", ...), or a "
+              f"device-agnostic one), or {FALLBACK_REMEDY}")
+    return _result(Verdict.UNSUPPORTED, "target-registration-no-mps", text, source, remedy)
 
 
 def _torchvision(c: _Call, entry: TorchvisionOp) -> Classification:
@@ -247,6 +271,7 @@ def predict_op(
     args_note: dict | None = None,
     cpu_op: OpKey | None = None,
     args: CallArgs | None = None,
+    registration=None,
 ) -> Classification:
     """Predict what `op` does on MPS for inputs of `dtypes` ("float32", ...) in `kb.release`.
 
@@ -256,8 +281,9 @@ def predict_op(
     `cpu_op`: the op the CPU trace showed where the MPS view runs another (its OpInfo expectations count).
     `args`: the call's arguments (predict.runtime_checks.call_args), read by the kernels' runtime checks; a
     row native from the yaml names the checks of its kernel that the prediction does not decide.
+    `registration`: a custom op the target registered itself (trace/registrations.py): its dispatch keys decide.
     """
-    call = _Call(op, tuple(dtypes), kb, tuple(callees) if callees else None, args_note, cpu_op, args)
+    call = _Call(op, tuple(dtypes), kb, tuple(callees) if callees else None, args_note, cpu_op, args, registration)
     for rule in _RULES:
         result = rule(call)
         if result is not None:

@@ -110,7 +110,7 @@ class SpawnLauncher:
         """A new worker and its hello (environment record)."""
         mine, theirs = socket.socketpair()
         cmd = [sys.executable, "-m", "opscan.probe.worker", "--fd", str(theirs.fileno()), "--device", self.device]
-        proc = subprocess.Popen(cmd, env=self.env, pass_fds=(theirs.fileno(),), start_new_session=True,
+        proc = subprocess.Popen(cmd, env=self.env, pass_fds=(theirs.fileno(),), start_new_session=True,  # noqa: S603 - this interpreter and opscan's own worker module
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr)
         theirs.close()
         handle = Handle(mine, proc.pid, lambda t: _wait(proc, t))
@@ -140,7 +140,7 @@ class ZygoteLauncher:
         self.startup_timeout = startup_timeout
         self._ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         cmd = [sys.executable, "-m", "opscan.probe.zygote", "--fd", str(theirs.fileno()), "--device", device]
-        self._proc = subprocess.Popen(cmd, env=env, pass_fds=(theirs.fileno(),), start_new_session=True,
+        self._proc = subprocess.Popen(cmd, env=env, pass_fds=(theirs.fileno(),), start_new_session=True,  # noqa: S603 - this interpreter and opscan's own zygote module
                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
         theirs.close()
         self._ctl.send(setup_line(double.to_dict() if double is not None else None).encode())

@@ -35,7 +35,7 @@ class RunnerOptions:
     workers: int = 2
     timeout: float = 60.0
     isolation: str = "auto"
-    on_pass: str = "when-needed"  # or "always"
+    on_pass: str = "when-needed"  # or "always"  # noqa: S105 - a probe pass's name ('on'/'off'), not a password
     startup_timeout: float = 300.0
     log_path: str | None = None  # where workers' stderr goes (default: discarded)
     double: object = None  # backends.DeviceDouble: a test double instead of the device (tests only)
@@ -47,7 +47,7 @@ def pass_env(pass_name: str, base: dict | None = None, workers: int | None = Non
     thread per core each would oversubscribe the machine and spin (the CPU references take most of a probe)."""
     env = dict(os.environ if base is None else base)
     env.pop(FALLBACK_VAR, None)
-    if pass_name == "on":
+    if pass_name == "on":  # noqa: S105 - a probe pass's name ('on'/'off'), not a password
         env[FALLBACK_VAR] = "1"
     if workers and THREADS_VAR not in env:
         env[THREADS_VAR] = str(max(1, (os.cpu_count() or 1) // workers))
@@ -216,7 +216,7 @@ def run_probes(probes, options: RunnerOptions, done: dict | None = None, observe
     passes: dict[str, dict] = {}
     reused = 0
     for pass_name in ("off", "on"):
-        wanted = probes if pass_name == "off" else _needs_on(probes, passes["off"], options.on_pass)
+        wanted = probes if pass_name == "off" else _needs_on(probes, passes["off"], options.on_pass)  # noqa: S105 - a probe pass's name ('on'/'off'), not a password
         passes[pass_name] = {p.id: done[(p.id, pass_name)] for p in wanted if (p.id, pass_name) in done}
         reused += len(passes[pass_name])
         todo = [p for p in wanted if p.id not in passes[pass_name]]
@@ -236,6 +236,6 @@ def _hello(envs: dict, observer: Observer, pass_name: str, record: dict) -> None
 
 
 def _needs_on(probes, off: dict, on_pass: str) -> list:
-    if on_pass == "always":
+    if on_pass == "always":  # noqa: S105 - a probe pass's name ('on'/'off'), not a password
         return [p for p in probes if off[p.id].status != "unbuildable"]
     return [p for p in probes if off[p.id].status == "raised"]

@@ -39,7 +39,7 @@ class ProbeOptions:
     workers: int = max(1, min(4, os.cpu_count() or 1))
     timeout: float = 60.0
     isolation: str = "auto"
-    on_pass: str = "when-needed"
+    on_pass: str = "when-needed"  # noqa: S105 - a probe pass's name ('on'/'off'), not a password
     double: DeviceDouble | None = None  # tests only: a test double stands in for `device` (never from the CLI)
 
 

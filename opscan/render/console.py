@@ -12,13 +12,14 @@ from __future__ import annotations
 import io
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as markup_escape
 from rich.table import Table
 from rich.tree import Tree
 
-from opscan.units import human_bytes as _bytes
 from opscan.opkey import signature_text
 from opscan.report import Report, Row
+from opscan.trust.text import printable
+from opscan.units import human_bytes as _bytes
 from opscan.verdict import Verdict
 
 PHASE_SHORT = {"forward": "fwd", "loss": "loss", "backward": "bwd", "optimizer": "opt"}
@@ -27,6 +28,13 @@ STYLE = {
     Verdict.UNSUPPORTED: "red", Verdict.UNSUPPORTED_DTYPE: "red", Verdict.MISMATCH: "magenta",
     Verdict.ERROR: "bold red", Verdict.CRASH: "bold magenta", Verdict.TIMEOUT: "bold magenta",
 }
+
+
+def escape(text: str) -> str:
+    """Text of the report for the table: control characters and terminal escape sequences (in module names,
+    exception texts that came back from a Mac, ...) as visible escapes (opscan/trust/text.py), then rich's
+    markup escaped. Every piece of report text goes through here."""
+    return markup_escape(printable(text))
 
 
 def render_table(report: Report, *, verbose: bool = False, tree: bool = False, width: int = 100,
@@ -144,11 +152,12 @@ def _rows_table(rows: tuple[Row, ...], with_rule: bool) -> Table:
                          min_width=op_width if column == "op" else None)
     for number, row in enumerate(rows, 1):
         table.add_row(
-            str(number), escape(_modules(row)), row.op.display, escape(signature_text(row.dtypes)),
+            str(number), escape(printable(_modules(row), newlines=False)), escape(row.op.display),
+            escape(signature_text(row.dtypes)),
             f"[{STYLE[row.verdict]}]{row.verdict.value}[/]",
             *((_measured_cell(row),) if measured else ()), str(row.calls),
             ",".join(PHASE_SHORT.get(p, p) for p in row.phases),
-            *((escape(row.evidence.rule) + (f" (CPU trace: {row.cpu_op.display})" if row.cpu_op else ""),)
+            *((escape(row.evidence.rule + (f" (CPU trace: {row.cpu_op.display})" if row.cpu_op else "")),)
               if with_rule else ()),
         )
     return table
@@ -168,7 +177,7 @@ def _modules(row: Row) -> str:
 
 
 def _finding(number: int, row: Row) -> str:
-    lines = [f"[{number}] {row.op.display} ({escape(signature_text(row.dtypes))}): "
+    lines = [f"[{number}] {escape(row.op.display)} ({escape(signature_text(row.dtypes))}): "
              f"[{STYLE[row.verdict]}]{row.verdict.value}[/] ({row.source.value})"]
     lines.append(f"    why: {escape(row.evidence.text)}")
     lines.append(f"    rule: {escape(row.evidence.rule)} · source: {escape(row.evidence.source)}")
@@ -178,7 +187,7 @@ def _finding(number: int, row: Row) -> str:
         lines.append(f"    measured on {escape(row.measured['device'])} (not MPS): {row.measured['verdict']} — "
                      f"{escape(row.measured['text'])}")
     if row.cpu_op is not None:
-        lines.append(f"    CPU trace shows: {row.cpu_op.display}")
+        lines.append(f"    CPU trace shows: {escape(row.cpu_op.display)}")
     if row.remedy:
         lines.append(f"    fix: {escape(row.remedy)}")
     return "\n".join(lines)

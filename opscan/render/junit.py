@@ -8,11 +8,12 @@ Jenkins junit-10.xsd that CI servers read (tests/schemas/junit-10.xsd).
 
 from __future__ import annotations
 
-from xml.sax.saxutils import quoteattr
+from xml.sax.saxutils import quoteattr as _quoteattr
 
-from opscan.render.gate import failures
 from opscan.opkey import signature_text
+from opscan.render.gate import failures
 from opscan.report import Report, Row
+from opscan.trust.text import xml_text
 
 
 def render_junit(report: Report, *, fail_on: str | None = None, baseline=None, **_) -> str:
@@ -48,5 +49,11 @@ def _case(row: Row, why: str | None) -> str:
     return f'<testcase classname={classname} name={name} time="0">{body}</testcase>\n'
 
 
+def quoteattr(text: str) -> str:
+    """An attribute value: the characters XML 1.0 forbids (a control character in a module name) as visible
+    escapes (opscan/trust/text.py), then quoted."""
+    return _quoteattr(xml_text(text))
+
+
 def _text(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return xml_text(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

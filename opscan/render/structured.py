@@ -14,7 +14,8 @@ def render_json(report: Report, **_) -> str:
     return json.dumps(report.to_dict(), indent=2) + "\n"
 
 
-def render_yaml(report: Report, **_) -> str:
-    """The same dict as YAML, keys in schema order; read it back with yaml.safe_load."""
+def render_yaml(report: Report, ascii_only: bool = False, **_) -> str:
+    """The same dict as YAML, keys in schema order; read it back with yaml.safe_load (`ascii_only`: every other
+    character as a YAML escape, for a stdout that cannot encode it)."""
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: same text, ~8x faster
-    return yaml.dump(report.to_dict(), Dumper=dumper, sort_keys=False, allow_unicode=True)
+    return yaml.dump(report.to_dict(), Dumper=dumper, sort_keys=False, allow_unicode=not ascii_only)

@@ -20,9 +20,12 @@ class ReproError(OpscanError):
 
 
 def folder_of(op: str) -> str:
-    """"aten::take" -> "aten_take"; "aten::add.Tensor" -> "aten_add.Tensor" (OpKey parts are identifiers)."""
+    """"aten::take" -> "aten_take"; "aten::add.Tensor" -> "aten_add.Tensor"; an op named by a crafted report
+    (`../x::y`) goes through the one path sanitiser (opscan/trust/names.py) like every other name."""
+    from opscan.trust.names import safe_name
+
     key = OpKey.parse(op)
-    return f"{key.namespace}_{key.name}" + ("" if key.overload == "default" else f".{key.overload}")
+    return safe_name(f"{key.namespace}_{key.name}" + ("" if key.overload == "default" else f".{key.overload}"), "op")
 
 
 def findings_by_op(report: dict) -> dict[str, list[dict]]:

@@ -22,6 +22,7 @@ from opscan.trace.questions import Questions
 from opscan.trace.host import HostFactories
 from opscan.trace.recorder import CallRecorder
 from opscan.trace.records import FxInfo, OpCall, TensorMeta, Trace
+from opscan.trace.registrations import registrations
 
 __all__ = ["TraceOptions", "trace_step", "Trace", "OpCall", "TensorMeta", "FxInfo"]
 
@@ -99,6 +100,7 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
         groups=tuple(lens.groups),
         notes=tuple(notes),
         asked=release.asked(),
+        registrations=registrations(c.op for c in recorder.calls),
     )
 
 

@@ -149,11 +149,14 @@ def available_ram() -> int:
 
 @contextlib.contextmanager
 def entered(build: FakeBuild | None):
-    """Inside the build's fake mode, with torch's foreach paths open to fake tensors (no-op for real ones)."""
+    """Inside the build's fake mode, with torch's foreach paths open to fake tensors and the step's DataLoaders
+    run in this process (their workers cannot take fake tensors: target/loaders.py); no-op for real ones."""
+    from opscan.target.loaders import in_process_loaders
+
     if build is None:
         yield
         return
-    with build.mode, _foreach_as_real():
+    with build.mode, _foreach_as_real(), in_process_loaders():
         yield
 
 

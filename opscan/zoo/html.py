@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from html import escape
 
+from opscan.trust.text import script_json
 from opscan.zoo.board import Leaderboard, ModelResult
 
 LANE_RANK = {"mac-first": 0, "dual-track": 1, "linux-gpu-first": 2}
@@ -79,7 +80,7 @@ def render_html(board: Leaderboard) -> str:
                     rows.append(data)
                 refs.append(index[token])
             cells[f"{m.model.name}@{c.result.release}"] = {**c.to_dict(), "blocking": refs}
-    payload = json.dumps({"rows": rows, "cells": cells}, separators=(",", ":")).replace("</", "<\\/")
+    payload = script_json({"rows": rows, "cells": cells}, separators=(",", ":"))  # no <, >, & in the block
     counts = board.counts()
     head = "".join(f"<th>{escape(name)}</th>" for name in (*FIXED, *board.releases))
     body = "\n".join(_row(m, board) for m in board.models)

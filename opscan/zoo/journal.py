@@ -6,16 +6,23 @@
 The CLI appends a line as each result arrives (flushed and fsynced). A rerun with the same output folder reads
 it back: a torn last line (the kill came mid-write) is dropped, every finished model (same name and spec, see
 ZooModel.key) is kept and not scanned again. A journal written for other releases is not mixed in: one line
-says so (exit 2). This module only reads; the CLI writes.
+says so (exit 2), as does a line that is not JSON at all or a missing header. A model line that is JSON but not
+a model result (no `key`, a list, a result the leaderboard cannot read) is skipped with a warning, and its model
+is scanned again: it is checked here, before any model is scanned, never when the leaderboard is built. Lines go
+through the one reader's limits (opscan/trust/read.py). This module only reads; the CLI writes.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 from opscan.errors import UsageError
+from opscan.trust.read import Malformed, json_value, read_bytes
+
+log = logging.getLogger("opscan")
 
 JOURNAL_NAME = "zoo.jsonl"
 VERSION = 1
@@ -35,27 +42,63 @@ def model_line(key: str, result: dict[str, Any]) -> str:
 
 def read(path: Path, releases: tuple[str, ...]) -> tuple[dict[str, dict], int]:
     """({model key: result dict} of the journal at `path`, byte length of its valid part); ({}, 0) when absent."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    if not path.exists():
         return {}, 0
-    except OSError as exc:
-        raise UsageError(f"cannot read the zoo journal {path}: {exc.strerror or exc}") from None
+    data = read_bytes(path, "the zoo journal", "remove it (or use another -o) to start over")
     valid = data[: data.rfind(b"\n") + 1]  # a torn last line is dropped
     records = []
     for number, raw in enumerate(valid.splitlines(), 1):
         try:
-            records.append(json.loads(raw))
-        except ValueError:
-            raise UsageError(f"zoo journal {path}, line {number}: not JSON — remove the file (or use another "
-                             "-o) to start over") from None
+            records.append(json_value(raw))
+        except Malformed as exc:
+            raise UsageError(f"zoo journal {path}, line {number}: not JSON ({exc}) — remove the file (or use "
+                             "another -o) to start over") from None
     if not records:
         return {}, len(valid)
     first = records[0]
-    if first.get("kind") != "header" or first.get("journal") != VERSION:
+    if not isinstance(first, dict) or first.get("kind") != "header" or first.get("journal") != VERSION:
         raise UsageError(f"{path} is not a zoo journal of version {VERSION} — remove it or use another -o")
-    if list(first.get("releases", [])) != list(releases):
-        raise UsageError(f"zoo journal {path} was written for releases {', '.join(first.get('releases', []))}; "
-                         "rerun with those --releases, or use another -o to scan these")
-    done = {r["key"]: r["result"] for r in records[1:] if r.get("kind") == "model"}
-    return done, len(valid)
+    written = first.get("releases")
+    if not isinstance(written, list) or written != list(releases):
+        shown = ", ".join(map(str, written)) if isinstance(written, list) else repr(written)
+        raise UsageError(f"zoo journal {path} was written for releases {shown}; rerun with those --releases, or "
+                         "use another -o to scan these")
+    return _models(path, records, tuple(releases)), len(valid)
+
+
+def _models(path: Path, records: list, releases: tuple[str, ...]) -> dict[str, dict]:
+    """{key: result} of the model lines that are model results; the others are skipped with a warning."""
+    done = {}
+    for number, record in enumerate(records[1:], 2):
+        why = _not_a_model_line(record, releases)
+        if why:
+            log.warning("zoo journal %s, line %d: %s — skipped; that model is scanned again", path, number, why)
+        elif record.get("kind") == "model":
+            done[record["key"]] = record["result"]
+    return done
+
+
+def _not_a_model_line(record, releases: tuple[str, ...]) -> str | None:
+    """Why a journal line after the header cannot be used (None: it can, or it is another kind of line): a model
+    line must give a leaderboard row that renders, as the end of the run will render it."""
+    from opscan.zoo.board import ModelResult, make_board
+    from opscan.zoo.html import render_html
+    from opscan.zoo.outputs import render_csv, render_json
+
+    if not isinstance(record, dict):
+        return f"a JSON {type(record).__name__}, not a record"
+    if record.get("kind") != "model":
+        return None if isinstance(record.get("kind"), str) else "a record without a kind"
+    if not isinstance(record.get("key"), str):
+        return "a model line without its key"
+    try:
+        result = ModelResult.from_dict(record.get("result"))
+        if not all(isinstance(v, str) for v in (result.model.name, result.model.target)):
+            raise TypeError("its model's name or target is not text")
+        board = make_board("check", releases, [result])
+        render_json(board), render_csv(board), render_html(board)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return f"not a model result ({type(exc).__name__}: {str(exc)[:80]})"
+    if result.model.key != record["key"]:
+        return "a result of another model than its key says"
+    return None

@@ -1,6 +1,7 @@
 """The zoo's unit of work: one model to scan (ZooModel), and the YAML manifest that names a user's own set.
 
-A manifest (read with yaml.safe_load; bench/zoo.yaml is one):
+A manifest (read by the one reader, opscan/trust/read.py: yaml.SafeLoader after its size, depth and alias
+expansion are checked; bench/zoo.yaml is one):
 
     defaults: {mode: train}            # optional: keys every entry gets unless it sets them
     models:                            # a mapping name -> entry (or a list of entries with `name`)
@@ -72,16 +73,10 @@ class ZooModel:
 
 def read_manifest(path: Path) -> tuple[ZooModel, ...]:
     """The models of the manifest at `path`, in its order (ManifestError on anything it cannot use)."""
-    import yaml
+    from opscan.trust.read import read_yaml
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ManifestError(f"cannot read the manifest {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        raise ManifestError(f"manifest {path} is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    data = read_yaml(path, "the manifest", "fix the manifest (docs/zoo.md), or pass a family name",
+                     error=ManifestError)
     return parse_manifest(data, path)
 
 

@@ -1,7 +1,8 @@
 """The leaderboard's JSON and CSV, and the diff of two leaderboards: pure functions of Leaderboard objects.
 
 CSV: one row per model x release (a model that could not be scanned: one row, release empty, its reason);
-`blocking` lists the blocking rows as "op[dtypes] verdict (rule)" joined by "; ".
+`blocking` lists the blocking rows as "op[dtypes] verdict (rule)" joined by "; ". A text cell that starts with
+`=`, `+`, `-`, `@` (a model named `=HYPERLINK(...)`) gets a leading `'`: a spreadsheet shows it, never runs it.
 
 Diff (`opscan zoo diff OLD NEW`): for every model in both and every release in both, a change when the lane
 differs (an error row counts as lane "error"), with the blocking rows that appeared and disappeared — keyed by
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opscan.opkey import Release
+from opscan.trust.text import csv_cell
 from opscan.zoo.board import Leaderboard, ModelResult
 
 CSV_COLUMNS = ("model", "family", "status", "release", "lane", "native", "cell_source", "blocking_rows", "blocking",
@@ -34,7 +36,7 @@ def _row_text(b) -> str:
 
 def render_csv(board: Leaderboard) -> str:
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = _Cells(csv.writer(out, lineterminator="\n"))
     writer.writerow(CSV_COLUMNS)
     for m in board.models:
         first = m.first_native(board.releases) or ""
@@ -46,6 +48,16 @@ def render_csv(board: Leaderboard) -> str:
             writer.writerow((*base, r.release, r.lane, str(r.native).lower(), c.source, len(r.blocking),
                              "; ".join(_row_text(b) for b in r.blocking), first, f"{m.seconds:.1f}", ""))
     return out.getvalue()
+
+
+class _Cells:
+    """A csv writer whose text cells are neutralised against formula injection (opscan/trust/text.py csv_cell)."""
+
+    def __init__(self, writer):
+        self.writer = writer
+
+    def writerow(self, row) -> None:
+        self.writer.writerow([csv_cell(v) for v in row])
 
 
 @dataclass(frozen=True)

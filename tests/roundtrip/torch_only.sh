@@ -19,6 +19,8 @@ K="${K:-10}"
 T="$WORK/roundtrip"
 mkdir -p "$T" && find "$T" -mindepth 1 -maxdepth 1 ! -name torchonly -exec rm -rf {} +
 export HF_HUB_OFFLINE=1
+# merge trusts only bundles recorded where they were made (opscan/bundle/record.py): this run's own store
+export XDG_STATE_HOME="$T/state"
 now() { date +%s.%N; }
 took() { python -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$1" "$(now)"; }
 outcomes() { local n; n=$(grep -c '"kind":"outcome"' "$1" 2>/dev/null) || true; echo "${n:-0}"; }
