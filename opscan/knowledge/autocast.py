@@ -23,6 +23,7 @@ import os
 from dataclasses import dataclass, field
 
 from opscan.opkey import Release
+from opscan.trace.questions import AUTOCAST, AUTOCAST_OP, GRADSCALER
 
 TABLE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "autocast_mps.txt")
 FIELDS = ("available", "raises", "dtypes", "other_dtype", "bfloat16_macos", "default_dtype", "gradscaler",
@@ -86,18 +87,19 @@ class AutocastPolicy:
 
     def gate(self, dtype: str | None, macos: tuple[int, int]) -> str:
         """What `torch.autocast("mps", dtype=dtype)` does on macOS `macos`: "enabled <dtype>", "disabled <why>"
-        or "raises <error>"."""
+        or "raises <error>" (no release number in the text: releases that answer alike share a trace)."""
         fields = self.group.fields
         if not self.available:
             return f"{RAISES} {fields.get('raises', 'RuntimeError')}"
         dtype = dtype or self.default_dtype
-        if dtype not in fields.get("dtypes", "").split():
-            return (f"{DISABLED} torch {self.release} accepts {fields.get('dtypes')} for MPS autocast: with "
-                    f"{dtype} it {fields.get('other_dtype', 'disables autocast')}")
+        accepted = fields.get("dtypes", "").split()
+        if dtype not in accepted:
+            return (f"{DISABLED} accepts only {' and '.join(accepted)} for MPS autocast: with {dtype} torch.autocast "
+                    f"{fields.get('other_dtype', 'disables autocast')}")
         if dtype == "bfloat16" and fields.get("bfloat16_macos") == "14.0" and tuple(macos) < (14, 0):
-            return (f"{DISABLED} torch {self.release} disables bfloat16 MPS autocast below macOS 14 "
-                    f"(warning: 'In MPS autocast, but the target dtype torch.bfloat16 is not supported on macOS "
-                    f"versions below 14. Disabling autocast.')")
+            return (f"{DISABLED} disables bfloat16 MPS autocast below macOS 14 (torch.autocast warns 'In MPS "
+                    "autocast, but the target dtype torch.bfloat16 is not supported on macOS versions below 14. "
+                    "Disabling autocast.')")
         return f"{ENABLED} {dtype}"
 
 
@@ -155,3 +157,28 @@ def policy_of(release: str, path: str = TABLE_PATH) -> AutocastPolicy | None:
 def all_ops(path: str = TABLE_PATH) -> frozenset[str]:
     """Every op some release's AutocastMPS policy lists (yaml spelling)."""
     return frozenset(op for group in load_table(path) for op in group.ops)
+
+
+class AmpAnswers:
+    """A release's answers to the trace's mixed-precision questions (opscan/trace/questions.py): `amp` of its
+    Questions. `ops`: every op some release's policy lists (the trace registers its kernels for these)."""
+
+    def __init__(self, policy: AutocastPolicy, macos: tuple[int, int]):
+        self.policy, self.macos = policy, tuple(macos)
+        self.ops = all_ops()
+
+    def __call__(self, question: tuple[str, object]):
+        kind, subject = question
+        if kind == AUTOCAST:
+            return self.policy.gate(subject, self.macos)
+        if kind == AUTOCAST_OP:
+            return self.policy.cast(subject)
+        if kind == GRADSCALER:
+            return self.policy.gradscaler
+        raise ValueError(f"not a mixed-precision question: {question!r}")
+
+
+def amp_answers(release: str, macos: tuple[int, int]) -> AmpAnswers | None:
+    """`release`'s AmpAnswers under the assumed macOS, None when the table lacks the release."""
+    policy = policy_of(release)
+    return None if policy is None else AmpAnswers(policy, macos)

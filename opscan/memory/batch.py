@@ -24,6 +24,7 @@ sizing table then shows the traced batch only, with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import logging
@@ -36,6 +37,7 @@ import torch
 from opscan.memory.estimate import curve, without_indices
 from opscan.memory.tracker import track_step
 from opscan.trace import fake, step
+from opscan.trace.amp import AmpTrace
 from opscan.trace.call_cache import MetaCache
 from opscan.trace.lens import Lens
 from opscan.trace.questions import Questions
@@ -110,8 +112,9 @@ class Stand:
 
 
 def scaled_runs(target, dtype: str | None, inference: bool, has_mps_kernel: Callable, macos,
-                stand: Stand = Stand()) -> Scaling:
-    """The step at 2x and 3x the traced batch: on meta tensors, else on fake ones, else not at all."""
+                stand: Stand = Stand(), amp=None) -> Scaling:
+    """The step at 2x and 3x the traced batch: on meta tensors, else on fake ones, else not at all; `amp` (the
+    release's mixed-precision answers, as the trace had them) makes autocast regions cast as the trace did."""
     batch = batch_of(target.inputs)
     if batch is None:
         return Scaling(None, (), "none", "no input tensor has a leading (batch) dimension")
@@ -120,8 +123,8 @@ def scaled_runs(target, dtype: str | None, inference: bool, has_mps_kernel: Call
     for method in ("meta", "fake"):
         cache = MetaCache() if method == "meta" else None  # shared: calls on the weights repeat across runs
         try:
-            runs = tuple(_run(target, method, k, batch, dtype, inference, (has_mps_kernel, macos), stand, listed,
-                              cache) for k in FACTORS)
+            runs = tuple(_run(target, method, k, batch, dtype, inference, (has_mps_kernel, macos, amp), stand,
+                              listed, cache) for k in FACTORS)
         except Exception as exc:  # noqa: BLE001 - a step that can't be scaled is reported, not fatal
             errors.append(f"{method}: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}")
             log.debug("sizing run on %s tensors failed: %s", method, errors[-1])
@@ -149,8 +152,10 @@ def _run(target, method: str, k: int, batch: int, dtype, inference: bool, lens, 
         if optimizer is not None:
             optimizer.step = _standing_in(tracker, stand.excess, model)
         torch.manual_seed(0)
-        steer = Steer(Questions(lens[0], macos=lens[1]), clock=lambda: tracker.calls)
-        with steer, tracker:
+        release = Questions(lens[0], macos=lens[1], amp=lens[2])
+        steer = Steer(release, clock=lambda: tracker.calls)
+        mixed = AmpTrace(release, [], meta=method == "meta") if lens[2] is not None else contextlib.nullcontext()
+        with steer, tracker, mixed:
             if inference:
                 step.run_inference(model, inputs)
             else:

@@ -24,6 +24,13 @@ def has_mps_kernel(kb: Knowledge):
     return lambda op: kb.yaml.mps_kernel(op) is not None
 
 
+def amp_of(kb: Knowledge):
+    """The release's answers to the trace's mixed-precision questions (knowledge/autocast.py), or None."""
+    from opscan.knowledge.autocast import amp_answers
+
+    return amp_answers(kb.release, kb.macos)
+
+
 def should_expand(kb: Knowledge):
     """Predicate for the recorder: composites without an MPS kernel whose callees we must see."""
     def expand(op: OpKey) -> bool:

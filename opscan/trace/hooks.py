@@ -46,7 +46,7 @@ def activate(lens, ops: tuple[str, ...]) -> None:
             op = _overload(name)
             for key in LENS_KEYS:
                 library.impl(name, _kernel(name, op), key)
-        _LIBRARY.extend((library, Patched(_steered, _rows_on).__enter__()))
+        _LIBRARY.extend((library, Patched(_steered, _rows_on, _asked).__enter__()))
     _ACTIVE.append(lens)
 
 
@@ -60,6 +60,10 @@ def deactivate(lens) -> None:
 
 def _steered(row, run):
     return _ACTIVE[-1].steered(row, run)
+
+
+def _asked(question):
+    return _ACTIVE[-1].release.ask(question) if _ACTIVE and _ACTIVE[-1].release is not None else None
 
 
 def _rows_on() -> bool:
