@@ -44,7 +44,7 @@ import arm64_image  # noqa: E402
 from build_kernel_checks import wheel_path  # noqa: E402
 from table_output import write_or_check  # noqa: E402
 
-from opscan.knowledge.autocast import TABLE_PATH, Group, format_table  # noqa: E402
+from opscan.knowledge.autocast import TABLE_PATH, AutocastGroup, format_table  # noqa: E402
 from opscan.knowledge.entry import load_store  # noqa: E402
 
 DYLIB = "torch/lib/libtorch_cpu.dylib"
@@ -181,15 +181,15 @@ def read_release(path: str) -> dict:
 
 def build(folder: str, python_version: str, log=print) -> str:
     """The text of autocast_mps.txt from every release of the knowledge base."""
-    groups: list[Group] = []
+    groups: list[AutocastGroup] = []
     for line in load_store().index:
         found = read_release(wheel_path(line, folder, python_version))
         log(f"build_autocast_mps: torch {line.release}: {len(found['ops'])} ops, {found['gradscaler']}")
         fields = {k: v for k, v in found.items() if k != "ops"}
         if groups and groups[-1].fields == fields and groups[-1].ops == found["ops"]:
-            groups[-1] = Group(groups[-1].releases + (line.release,), fields, found["ops"])
+            groups[-1] = AutocastGroup(groups[-1].releases + (line.release,), fields, found["ops"])
         else:
-            groups.append(Group((line.release,), fields, found["ops"]))
+            groups.append(AutocastGroup((line.release,), fields, found["ops"]))
     return format_table(groups)
 
 

@@ -29,7 +29,7 @@ TABLE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "autocast_
 FIELDS = ("available", "raises", "dtypes", "other_dtype", "bfloat16_macos", "default_dtype", "gradscaler",
           "registrations")
 POLICIES = ("lower_precision_fp", "fp32", "fp32_set_opt_dtype", "fp32_append_dtype", "promote")
-HEADER = """\
+TABLE_HEADER = """\
 # The AutocastMPS policy of each covered torch release, and how GradScaler.unscale_ treats an MPS scale, read
 # from its macOS arm64 wheel by tools/build_autocast_mps.py (libtorch_cpu.dylib: the TORCH_LIBRARY_IMPL(aten|_,
 # AutocastMPS) bodies, each m.impl's op string and WrapFunction_<CastPolicy, DeviceType> kernel, the
@@ -43,7 +43,7 @@ ENABLED, DISABLED, RAISES = "enabled", "disabled", "raises"
 
 
 @dataclass(frozen=True)
-class Group:
+class AutocastGroup:
     """One group of the table: its releases, its fields (FIELDS) and op -> cast policy."""
 
     releases: tuple[str, ...]
@@ -56,7 +56,7 @@ class AutocastPolicy:
     """What torch.autocast("mps") and GradScaler do on a Mac in one release (see the module docstring)."""
 
     release: str
-    group: Group
+    group: AutocastGroup
 
     @property
     def available(self) -> bool:
@@ -103,15 +103,15 @@ class AutocastPolicy:
         return f"{ENABLED} {dtype}"
 
 
-def parse_table(text: str) -> list[Group]:
+def parse_table(text: str) -> list[AutocastGroup]:
     """The groups of autocast_mps.txt's text."""
-    groups: list[Group] = []
+    groups: list[AutocastGroup] = []
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         if line.startswith("== "):
-            groups.append(Group(tuple(line[3:].split())))
+            groups.append(AutocastGroup(tuple(line[3:].split())))
             continue
         key, _, value = line.partition(":")
         name = key.split(" (")[0]
@@ -124,9 +124,9 @@ def parse_table(text: str) -> list[Group]:
     return groups
 
 
-def format_table(groups: list[Group]) -> str:
+def format_table(groups: list[AutocastGroup]) -> str:
     """autocast_mps.txt's text (parse_table reads it back)."""
-    lines = [HEADER]
+    lines = [TABLE_HEADER]
     for group in groups:
         lines.append("== " + " ".join(group.releases))
         lines.extend(f"{name}: {group.fields[name]}" for name in FIELDS if name in group.fields)
@@ -139,7 +139,7 @@ def format_table(groups: list[Group]) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def load_table(path: str = TABLE_PATH) -> tuple[Group, ...]:
+def load_table(path: str = TABLE_PATH) -> tuple[AutocastGroup, ...]:
     """The shipped table (cached)."""
     with open(path, encoding="utf-8") as fh:
         return tuple(parse_table(fh.read()))

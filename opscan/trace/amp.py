@@ -30,13 +30,12 @@ import sys
 import torch
 
 from opscan.opkey import OpKey
-from opscan.trace import amp_kernels
+from opscan.trace.amp_kernels import KEY, TRACED_DEVICES, low_precision, register, to_float32
 from opscan.trace.questions import Questions
 
 AUTOCAST_OP = OpKey("torch", "autocast", "mps")
 SCALER_OP = OpKey("torch", "amp", "GradScaler")
 PORTABLE = "torch.autocast(device_type=x.device.type, dtype=...)"
-_ACTIVE: list = []  # the AmpTrace entered (one trace at a time per process: the dispatcher is process-wide)
 
 
 class AmpTrace:
@@ -63,12 +62,10 @@ class AmpTrace:
             setattr(owner, name, make(original))
             self._stack.callback(setattr, owner, name, original)
         if self.meta:  # meta tensors have no autocast key: let CPU autocast's reach them (it acts only when on)
-            self._stack.enter_context(torch._C._IncludeDispatchKeyGuard(amp_kernels.KEY))
-        _ACTIVE.append(self)
+            self._stack.enter_context(torch._C._IncludeDispatchKeyGuard(KEY))
         return self
 
     def __exit__(self, *exc) -> None:
-        _ACTIVE.remove(self)
         self._stack.close()
         if self._library is not None:
             self._library._destroy()
@@ -86,7 +83,7 @@ class AmpTrace:
         try:
             return run()
         except RuntimeError as exc:
-            if not amp_kernels.low_precision(args, kwargs):
+            if not low_precision(args, kwargs):
                 raise
             first = (str(exc).strip().splitlines() or [""])[0][:160]
             if self.recorder is not None and not any(c is not None and c.raised for c in self.recorder.calls[start:]):
@@ -94,8 +91,8 @@ class AmpTrace:
             self._note(f"{OpKey.of(op)} refused its float16/bfloat16 input on the tracing CPU ({type(exc).__name__}: "
                        f"{first}): the call stays in the trace for MPS to be judged on, and the step went on with its "
                        "result computed in float32")
-            with self.muted(), torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(amp_kernels.KEY)):
-                up_args, up_kwargs = amp_kernels.to_float32(args, kwargs)
+            with self.muted(), torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(KEY)):
+                up_args, up_kwargs = to_float32(args, kwargs)
                 return op(*up_args, **up_kwargs)
 
     # torch.autocast
@@ -133,7 +130,7 @@ class AmpTrace:
 
     def _read(self, device: str, dtype, enabled: bool, literal, where: str):
         """(device, dtype, enabled) to run the region with (see the module docstring)."""
-        if device == "mps" or (device in amp_kernels.TRACED_DEVICES and literal is not True):
+        if device == "mps" or (device in TRACED_DEVICES and literal is not True):
             return self._mps(device, dtype, enabled, literal, where)
         if device == "cpu":
             self._note(f"torch.autocast('cpu') at {where}: traced without autocast — on a Mac it autocasts CPU "
@@ -168,7 +165,7 @@ class AmpTrace:
 
     def _activate(self) -> None:
         if self._library is None:
-            self._library = amp_kernels.register(self, self.release.autocast_ops())
+            self._library = register(self, self.release.autocast_ops())
 
     # GradScaler
     def _scale(self, original):

@@ -55,10 +55,10 @@ def _features(*shape):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
 
 
-def mlp(amp="portable", dtype="float16", scaler=False):
-    """The MLP and a batch of 4 feature rows with class labels."""
-    labels = torch.tensor([0, 1, 2, 3])
-    return _configured(_Mlp(), amp, dtype, scaler), (_features(4, 16), labels)
+def mlp(amp="portable", dtype="float16", scaler=False, batch=4):
+    """The MLP and a batch of `batch` feature rows with class labels."""
+    labels = torch.arange(int(batch)) % 5
+    return _configured(_Mlp(), amp, dtype, scaler), (_features(int(batch), 16), labels)
 
 
 def bert(amp="portable", dtype="float16", scaler=False):
