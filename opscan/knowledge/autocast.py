@@ -23,7 +23,6 @@ import os
 from dataclasses import dataclass, field
 
 from opscan.opkey import Release
-from opscan.trace.questions import AUTOCAST, AUTOCAST_OP, GRADSCALER
 
 TABLE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "autocast_mps.txt")
 FIELDS = ("available", "raises", "dtypes", "other_dtype", "bfloat16_macos", "default_dtype", "gradscaler",
@@ -158,27 +157,3 @@ def all_ops(path: str = TABLE_PATH) -> frozenset[str]:
     """Every op some release's AutocastMPS policy lists (yaml spelling)."""
     return frozenset(op for group in load_table(path) for op in group.ops)
 
-
-class AmpAnswers:
-    """A release's answers to the trace's mixed-precision questions (opscan/trace/questions.py): `amp` of its
-    Questions. `ops`: every op some release's policy lists (the trace registers its kernels for these)."""
-
-    def __init__(self, policy: AutocastPolicy, macos: tuple[int, int]):
-        self.policy, self.macos = policy, tuple(macos)
-        self.ops = all_ops()
-
-    def __call__(self, question: tuple[str, object]):
-        kind, subject = question
-        if kind == AUTOCAST:
-            return self.policy.gate(subject, self.macos)
-        if kind == AUTOCAST_OP:
-            return self.policy.cast(subject)
-        if kind == GRADSCALER:
-            return self.policy.gradscaler
-        raise ValueError(f"not a mixed-precision question: {question!r}")
-
-
-def amp_answers(release: str, macos: tuple[int, int]) -> AmpAnswers | None:
-    """`release`'s AmpAnswers under the assumed macOS, None when the table lacks the release."""
-    policy = policy_of(release)
-    return None if policy is None else AmpAnswers(policy, macos)

@@ -152,9 +152,10 @@ def _run(target, method: str, k: int, batch: int, dtype, inference: bool, lens, 
         if optimizer is not None:
             optimizer.step = _standing_in(tracker, stand.excess, model)
         torch.manual_seed(0)
-        release = Questions(lens[0], macos=lens[1], amp=lens[2])
+        amp = lens[2] if len(lens) > 2 else None
+        release = Questions(lens[0], macos=lens[1], amp=amp)
         steer = Steer(release, clock=lambda: tracker.calls)
-        mixed = AmpTrace(release, [], meta=method == "meta") if lens[2] is not None else contextlib.nullcontext()
+        mixed = AmpTrace(release, [], meta=method == "meta") if amp is not None else contextlib.nullcontext()
         with steer, tracker, mixed:
             if inference:
                 step.run_inference(model, inputs)
