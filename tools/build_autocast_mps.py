@@ -40,8 +40,6 @@ import zipfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import arm64_image  # noqa: E402
-from build_kernel_checks import wheel_path  # noqa: E402
 from table_output import write_or_check  # noqa: E402
 
 from opscan.knowledge.autocast import TABLE_PATH, AutocastGroup, format_table  # noqa: E402
@@ -66,7 +64,7 @@ def cast_policies(header: str) -> list[str]:
     return [n.split("=")[0].strip() for n in body.split(",") if n.strip()]
 
 
-def registrations(image: arm64_image.Image) -> list[dict]:
+def registrations(image) -> list[dict]:
     """Every m.impl / m.fallback of the AutocastMPS library bodies: op string, kernel, policy, redispatch."""
     impl = {i for i, n in enumerate(image.names) if "7Library5_impl" in n}
     fallback = {i for i, n in enumerate(image.names) if "7Library9_fallback" in n or "7Library8fallback" in n}
@@ -95,7 +93,7 @@ def registrations(image: arm64_image.Image) -> list[dict]:
     return out
 
 
-def _decoded(image: arm64_image.Image, kind: str, op: str | None, code: list[int], other: list[str]) -> dict:
+def _decoded(image, kind: str, op: str | None, code: list[int], other: list[str]) -> dict:
     kernels = [image.names[image.function_at(a)] for a in code if image.starts[image.function_at(a)] == a]
     entry = {"kind": kind, "op": op.removeprefix("aten::") if op else None}
     if any("makeFallthrough" in n or "fallthrough_kernel" in n for n in kernels + other):
@@ -110,7 +108,7 @@ def _decoded(image: arm64_image.Image, kind: str, op: str | None, code: list[int
             "redispatch": redispatch}
 
 
-def default_dtype(image: arm64_image.Image) -> str:
+def default_dtype(image) -> str:
     """autocast_dtype's initial value for MPS, from its thread-local init template."""
     address = image.data_symbol("autocast_dtypeE$tlv$init")
     value = None if address is None else image.byte_at(address + MPS)
@@ -156,6 +154,8 @@ def scaler_path(source: str | None) -> str:
 
 def read_release(path: str) -> dict:
     """One wheel's reading: the Python gates, the default dtype, the policy of every op, GradScaler's path."""
+    import arm64_image  # numpy: only the binary side needs it
+
     with zipfile.ZipFile(path) as zf:
         names = set(zf.namelist())
         header = zf.read(HEADER).decode("utf-8")
@@ -181,6 +181,8 @@ def read_release(path: str) -> dict:
 
 def build(folder: str, python_version: str, log=print) -> str:
     """The text of autocast_mps.txt from every release of the knowledge base."""
+    from build_kernel_checks import wheel_path
+
     groups: list[AutocastGroup] = []
     for line in load_store().index:
         found = read_release(wheel_path(line, folder, python_version))

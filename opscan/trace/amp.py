@@ -207,7 +207,7 @@ def _call_site(frame, region) -> tuple[bool | None, str]:
         lines[-1] = lines[-1][:end_col]
         lines[0] = lines[0][col:]
         call = ast.parse("(" + "".join(lines) + ")", mode="eval").body
-    except (SyntaxError, ValueError, IndexError, TypeError):
+    except (AttributeError, SyntaxError, ValueError, IndexError, TypeError):  # co_positions: Python 3.11+
         return None, where
     if not isinstance(call, ast.Call):
         return None, where

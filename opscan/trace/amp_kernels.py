@@ -21,6 +21,7 @@ float32 by the muted recorder, with a note. Registered on first use and removed 
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 from torch._C import DispatchKey, DispatchKeySet
@@ -46,11 +47,13 @@ def register(tracer, mps_ops) -> torch.library.Library:
     cpu_policy_ops()
     library = torch.library.Library("aten", "IMPL")
     after = torch._C._dispatch_keyset_full_after(KEY)
-    for name in sorted(set(mps_ops) | set(cpu_policy_ops())):
-        op = _overload(name)
-        if op is None:
-            continue  # an overload the installed torch no longer has (2.13 removed the Dimname ones)
-        library.impl(name, _kernel(tracer, name, op, after, name in mps_ops), KEY.name, with_keyset=True)
+    with warnings.catch_warnings():  # replacing torch's CPU policy is the point (2.13 warns once about it)
+        warnings.filterwarnings("ignore", message=".*[Oo]verrid")
+        for name in sorted(set(mps_ops) | set(cpu_policy_ops())):
+            op = _overload(name)
+            if op is None:
+                continue  # an overload the installed torch no longer has (2.13 removed the Dimname ones)
+            library.impl(name, _kernel(tracer, name, op, after, name in mps_ops), KEY.name, with_keyset=True)
     return library
 
 
