@@ -85,6 +85,7 @@ def test_the_trace_asks_the_release_what_autocast_does():
     ("2.14.1", ("float32",) * 3, "native"),  # conv_transpose3d.input: fp32 (2.9.0+)
     ("2.9.0", ("float32",) * 3, "native"),
     ("2.8.0", ("float16",) * 3, "unsupported_dtype"),  # no rule: convolution's float16, which MPS refuses in 3-D
+    ("2.7.1", ("float16",) * 3, "error"),  # no 3-D transposed convolution on MPS at all before 2.8
 ])
 def test_conv_transpose3d_keeps_float32_from_2_9(release, transpose, verdict):
     report = scanned("deconv3d", release, amp="portable")
@@ -93,7 +94,8 @@ def test_conv_transpose3d_keeps_float32_from_2_9(release, transpose, verdict):
     (deconv,) = rows(report, "aten::_mps_convolution_transpose")
     assert (deconv.dtypes, deconv.verdict.value) == (transpose, verdict)
     if verdict != "native":
-        assert deconv.evidence.rule == "kernel-conv-transpose-3d-half"
+        assert deconv.evidence.rule == ("kernel-conv-transpose-3d" if verdict == "error" else
+                                        "kernel-conv-transpose-3d-half")
 
 
 def test_before_2_5_an_mps_autocast_region_is_a_finding():
