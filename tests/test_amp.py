@@ -194,3 +194,14 @@ def test_examples_custom_step_is_written_portably_and_traced_as_mps_autocast():
     assert report.lane.name.value == "mac-first"
     source = (REPO / "examples" / "custom_step.py").read_text(encoding="utf-8")
     assert 'torch.autocast("cpu"' not in source and "device_type=features.device.type" in source
+
+
+def test_torch_is_left_as_it_was_after_a_trace():
+    import torch
+    from torch.amp.autocast_mode import autocast
+
+    scanned("spectral", amp="portable", dtype="bfloat16")
+    assert autocast.__init__.__module__ == autocast.__exit__.__module__ == "torch.amp.autocast_mode"
+    assert torch.amp.GradScaler.unscale_.__module__ == "torch.amp.grad_scaler"
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # torch's own CPU policy again: the FFT is cast to float32
+        assert torch.fft.rfft(torch.randn(8, dtype=torch.bfloat16)).dtype == torch.complex64
