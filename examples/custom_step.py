@@ -9,9 +9,10 @@ opscan looks for these names next to the factory (each one optional):
   momentum, so the optimizer phase shows the momentum-buffer ops.
 - `train_step(model, optimizer, inputs)` — replaces opscan's default step (forward, loss, backward,
   `optimizer.step()`, `optimizer.zero_grad()`) when a real step does more. Here the forward and the
-  loss run under `torch.autocast("cpu", dtype=torch.bfloat16)` (mixed precision: the trace shows the
-  bfloat16 casts and matmuls), and gradients are clipped before the step (`clip_grad_norm_`'s ops are
-  traced as part of the optimizer phase).
+  loss run under `torch.autocast(device_type=features.device.type, dtype=torch.bfloat16)` — the portable
+  spelling: autocast on whatever device the model runs on, "mps" on a Mac, so opscan traces the region under
+  the predicted-for release's MPS autocast policy (bfloat16 linears; float32 layer_norm and loss) — and
+  gradients are clipped before the step (`clip_grad_norm_`'s ops are traced as part of the optimizer phase).
 - `loss_fn(outputs, inputs)` — used by the default step only; with `train_step` defined it is not
   called, so this file does not define it.
 
@@ -59,7 +60,7 @@ def train_step(model, optimizer, inputs):
     """Mixed-precision forward and loss, backward, gradient clipping, optimizer step."""
     features, labels = inputs
     optimizer.zero_grad()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast(device_type=features.device.type, dtype=torch.bfloat16):
         logits = model(features)
         loss = nn.functional.cross_entropy(logits, labels)
     loss.backward()

@@ -163,7 +163,7 @@ def run_trace(target, options: ScanOptions, kb, ctx=None):
 
 def _trace(target, options: ScanOptions, kb, ctx, memory: bool) -> tuple[Any, Any]:
     """(the trace, the memory tracker that ran below its recorder, or None without `memory`)."""
-    from opscan.predict.calls import has_mps_kernel, should_expand
+    from opscan.predict.calls import amp_of, has_mps_kernel, should_expand
     from opscan.predict.release_paths import span_ops
     from opscan.trace import TraceOptions, trace_step
     from opscan.trace.guard import user_step
@@ -173,7 +173,7 @@ def _trace(target, options: ScanOptions, kb, ctx, memory: bool) -> tuple[Any, An
     trace_options = TraceOptions(options.inference, options.dtype, options.fx, macos=kb.macos)
     with user_step(target.spec, ctx=ctx), explicit_moves():
         trace = trace_step(target, trace_options, has_mps_kernel=has_mps_kernel(kb), expand=should_expand(kb),
-                           memory=_tracking(made) if memory else None, spans=span_ops())
+                           memory=_tracking(made) if memory else None, spans=span_ops(), amp=amp_of(kb))
     return trace, (made[0] if made else None)
 
 

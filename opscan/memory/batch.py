@@ -24,6 +24,7 @@ sizing table then shows the traced batch only, with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import logging
@@ -37,6 +38,7 @@ from opscan.memory.estimate import curve, without_indices
 from opscan.memory.tracker import track_step
 from opscan.target.loaders import in_process_loaders, stderr_aside
 from opscan.trace import fake, step
+from opscan.trace.amp import AmpTrace
 from opscan.trace.call_cache import MetaCache
 from opscan.trace.lens import Lens
 from opscan.trace.questions import Questions
@@ -111,8 +113,9 @@ class Stand:
 
 
 def scaled_runs(target, dtype: str | None, inference: bool, has_mps_kernel: Callable, macos,
-                stand: Stand = Stand()) -> Scaling:
-    """The step at 2x and 3x the traced batch: on meta tensors, else on fake ones, else not at all."""
+                stand: Stand = Stand(), amp=None) -> Scaling:
+    """The step at 2x and 3x the traced batch: on meta tensors, else on fake ones, else not at all; `amp` (the
+    release's mixed-precision answers, as the trace had them) makes autocast regions cast as the trace did."""
     batch = batch_of(target.inputs)
     if batch is None:
         return Scaling(None, (), "none", "no input tensor has a leading (batch) dimension")
@@ -124,7 +127,7 @@ def scaled_runs(target, dtype: str | None, inference: bool, has_mps_kernel: Call
             # a DataLoader's workers cannot take fake tensors, and what processes the step starts print (a
             # worker's traceback) is not the user's to read: the trace ran this step in view (target/loaders.py)
             with stderr_aside(printed), in_process_loaders():
-                runs = tuple(_run(target, method, k, batch, dtype, inference, (has_mps_kernel, macos), stand,
+                runs = tuple(_run(target, method, k, batch, dtype, inference, (has_mps_kernel, macos, amp), stand,
                                   listed, cache) for k in FACTORS)
         except Exception as exc:  # noqa: BLE001 - a step that can't be scaled is reported, not fatal
             errors.append(f"{method}: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}")
@@ -153,8 +156,11 @@ def _run(target, method: str, k: int, batch: int, dtype, inference: bool, lens, 
         if optimizer is not None:
             optimizer.step = _standing_in(tracker, stand.excess, model)
         torch.manual_seed(0)
-        steer = Steer(Questions(lens[0], macos=lens[1]), clock=lambda: tracker.calls)
-        with steer, tracker:
+        amp = lens[2] if len(lens) > 2 else None
+        release = Questions(lens[0], macos=lens[1], amp=amp)
+        steer = Steer(release, clock=lambda: tracker.calls)
+        mixed = AmpTrace(release, [], meta=method == "meta") if amp is not None else contextlib.nullcontext()
+        with steer, tracker, mixed:
             if inference:
                 step.run_inference(model, inputs)
             else:

@@ -28,6 +28,38 @@ def has_mps_kernel(kb: Knowledge):
     return lambda op: kb.yaml.mps_kernel(op) is not None
 
 
+class AmpAnswers:
+    """A release's answers to the trace's mixed-precision questions (opscan/trace/questions.py), from its row of
+    knowledge/autocast_mps.txt under the assumed macOS: `amp` of the trace's Questions. `ops`: every op some
+    release's policy lists (the trace registers its kernels for these)."""
+
+    def __init__(self, policy, macos: tuple[int, int]):
+        from opscan.knowledge.autocast import all_ops
+
+        self.policy, self.macos = policy, tuple(macos)
+        self.ops = all_ops()
+
+    def __call__(self, question: tuple[str, object]):
+        from opscan.trace.questions import AUTOCAST, AUTOCAST_OP, GRADSCALER
+
+        kind, subject = question
+        if kind == AUTOCAST:
+            return self.policy.gate(subject, self.macos)
+        if kind == AUTOCAST_OP:
+            return self.policy.cast(subject)
+        if kind == GRADSCALER:
+            return self.policy.gradscaler
+        raise ValueError(f"not a mixed-precision question: {question!r}")
+
+
+def amp_of(kb: Knowledge) -> AmpAnswers | None:
+    """The release's answers to the trace's mixed-precision questions, None when the table lacks the release."""
+    from opscan.knowledge.autocast import policy_of
+
+    policy = policy_of(kb.release)
+    return None if policy is None else AmpAnswers(policy, kb.macos)
+
+
 def should_expand(kb: Knowledge):
     """Predicate for the recorder: composites without an MPS kernel whose callees we must see."""
     def expand(op: OpKey) -> bool:

@@ -20,6 +20,8 @@ rules below in order and the first that applies decides (dtype rules: dtype_rule
 | 5 | `mps-outside-yaml` | `native`: an MPS kernel registered by hand (2.0.0's bitwise ops; facts.yaml) |
 | 6 | `python-registration` | `native`: implemented in Python for MPS in that release |
 | 7 | `c10d-no-fallback` / `c10d-out-of-scope` | `error` (2.11+) / `unknown` |
+| 7 | `amp-api` | `error` / `native`: torch.autocast("mps") (2.5+), torch.amp.GradScaler (2.3+) (amp.py) |
+| 7 | `fft-half` | `error`: a torch.fft composite given float16/bfloat16 (CUDA only; amp.py) |
 | 7 | `torchvision-mps` / `torchvision-mps-later` | `native` / `unsupported` (release before the kernel) |
 | 7 | `torchvision-not-in-table` / `namespace-no-table` | `unknown`: no sourced table decides |
 | 7 | `target-registration-mps` / `-composite` / `-no-mps` | `native` / `unknown` / `unsupported`: the target's own |
@@ -37,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from opscan.predict.amp import amp_api, fft_half
 from opscan.predict.dtype_rules import CHECK_ON_MAC, complex_support, expected_failure, float64, release_limit
 from opscan.predict.dtype_rules import result as _result
 from opscan.predict.paths import decide_paths
@@ -257,8 +260,8 @@ def _no_kernel(c: _Call) -> Classification:
 
 _RULES: tuple[Callable[[_Call], Classification | None], ...] = (
     float64, release_limit, complex_support, _always_cpu, _error_stub, size_check, kernel_check, expected_failure,
-    _yaml_mps, _outside_yaml, _python_registration, _distributed, _other_namespace, _composite, _earlier_path,
-    _not_in_yaml,
+    _yaml_mps, _outside_yaml, _python_registration, _distributed, amp_api, fft_half, _other_namespace, _composite,
+    _earlier_path, _not_in_yaml,
 )
 
 

@@ -16,6 +16,7 @@ import torch
 from opscan.opkey import OpKey
 from opscan.target.load import Target
 from opscan.trace import collector, fake, fxnodes, step
+from opscan.trace.amp import AmpTrace
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker
 from opscan.trace.lens import Lens
 from opscan.trace.questions import Questions
@@ -45,7 +46,7 @@ def _never(op: OpKey) -> bool:
 def trace_step(target: Target, options: TraceOptions = TraceOptions(), *,
                has_mps_kernel: Callable[[OpKey], bool] | None = None,
                expand: Callable[[OpKey], bool] = _never, memory: Callable | None = None,
-               spans: frozenset[str] = frozenset()) -> Trace:
+               spans: frozenset[str] = frozenset(), amp=None) -> Trace:
     """Run the target's step once under the recorder and return what was dispatched.
 
     `has_mps_kernel(op)` turns the lens on for the predicted-for release (a row that needs an MPS kernel
@@ -56,13 +57,15 @@ def trace_step(target: Target, options: TraceOptions = TraceOptions(), *,
     A target built with fake tensors (`target.fake`) is traced inside the same FakeTensorMode.
     `memory(model, inputs, clock)`, when given, returns a storage tracker (opscan.memory.tracker.track_step)
     that the recorder hands every call it passes on, as a dispatch mode below it would see them; `clock()` is
-    the index of the call being recorded.
+    the index of the call being recorded. `amp` (knowledge/autocast.py's AmpAnswers): the release's answers to the
+    mixed-precision questions; given, autocast regions and GradScaler are traced as a Mac runs them (amp.py).
     """
     with collector.spared(), fake.entered(target.fake):  # the imports and the model outlive the trace
-        return _trace(target, options, has_mps_kernel, expand, memory, spans)
+        return _trace(target, options, has_mps_kernel, expand, memory, spans, amp)
 
 
-def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory=None, spans=frozenset()) -> Trace:
+def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory=None, spans=frozenset(),
+           amp=None) -> Trace:
     torch.manual_seed(options.seed)
     model, inputs = _prepared(target, options)
     gm, fx_info = fxnodes.symbolic(model) if options.fx else (None, FxInfo(False, "disabled (--no-fx)"))
@@ -70,7 +73,7 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
     tracker = ModuleTracker(model)
     mapper = GradFnMapper(tracker)
     phases = PhaseTracker(tracker)
-    release = Questions(has_mps_kernel, expand, options.macos)  # what the trace asks of the release, kept
+    release = Questions(has_mps_kernel, expand, options.macos, amp)  # what the trace asks of the release, kept
     recorder = CallRecorder(tracker, mapper, phases, release.expands)
     lens = Lens(release, clock=lambda: len(recorder.calls), tracker=tracker, paused=lambda: recorder.expanding,
                 spans=spans)
@@ -82,7 +85,9 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
     with contextlib.ExitStack() as stack:
         tagger = fxnodes.FxNodeTagger(gm, tracker, recorder) if gm is not None else contextlib.nullcontext()
         attached = below.attached() if below is not None else contextlib.nullcontext()
-        for ctx in (tracker, phases, tagger, lens, HostFactories(recorder.storages), mapper, attached, recorder):
+        mixed = AmpTrace(release, notes, recorder) if amp is not None else contextlib.nullcontext()
+        for ctx in (tracker, phases, tagger, lens, HostFactories(recorder.storages), mapper, attached, recorder,
+                    mixed):
             stack.enter_context(ctx)
         if target.fake is not None:
             stack.enter_context(fake.stop_on_data_dependence(notes, recorder.calls))

@@ -19,6 +19,8 @@ from typing import Callable
 
 import torch
 
+from opscan.trace.questions import GRADSCALER
+
 SRC_FOREACH = ("torch/utils/_foreach_utils.py _device_has_foreach_support: device.type in "
                "_get_foreach_kernels_supported_devices() + ['cpu'] (the kernels list: cuda, xpu, mtia, privateuse1; "
                "no mps), called by torch/nn/utils/clip_grad.py _get_total_norm, _clip_grads_with_norm_, "
@@ -28,6 +30,10 @@ SRC_INTERPOLATE = ("torch/nn/functional.py interpolate: `if not input.is_cpu and
                    "(torch 2.14.1 lines 5267, 5287; docs/device_branches.md)")
 SRC_FLOAT32 = ("transformers 5.24.0 {file}: `{text}` (MPS has no float64, so the function computes in float32 "
                "there; docs/device_branches.md)")
+SRC_SCALER = ("torch/amp/grad_scaler.py GradScaler.unscale_: `self._scale.double().reciprocal().float() if "
+              "self._scale.device != torch.device(\"mps:0\") else self._scale.reciprocal()` (2.8.0+, PR #150255; line "
+              "per release in opscan/knowledge/autocast_mps.txt `gradscaler`); 2.3.0-2.7.1 always call "
+              "self._scale.double(), which MPS refuses (no float64: TypeError, pytorch#142397)")
 FLOAT32_SITES = (  # (module, function, file:line, the test) — transformers 5.24.0, the version the audit read
     ("transformers.models.aimv2.modeling_aimv2", "build_2d_sinusoidal_position_embedding",
      "models/aimv2/modeling_aimv2.py:147", 'torch.float64 if device is None or device.type != "mps"'),
@@ -65,6 +71,8 @@ class PyBranch:
     source: str
     import_it: bool = False  # import the module if needed (torch's own); else only when already imported
     applies: Callable = lambda args, kwargs: True  # does this call take another branch on MPS?
+    question: tuple | None = None  # asked of the predicted-for release (questions.py) before the branch is taken
+    when: object = True  # the answer for which the release takes the MPS branch (another: the traced code runs)
 
 
 def _as_mps(original: Callable) -> Callable:
@@ -77,6 +85,40 @@ def _as_mps(original: Callable) -> Callable:
 
 def _mps(value):
     return torch.device("mps") if isinstance(value, torch.device) and value.type in ("cpu", "meta") else value
+
+
+class _TracedMps:
+    """`torch.device("mps:0")` as the replaced function sees it: equal to the traced device (cpu, meta)."""
+
+    def __eq__(self, other):
+        return isinstance(other, torch.device) and other.type in ("cpu", "meta")
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = None
+
+
+class _MpsTorch(types.ModuleType):
+    """`torch` as the replaced function sees it: an "mps" device is the device the step is traced on."""
+
+    def __init__(self):
+        super().__init__("torch")
+
+    def __getattr__(self, name):
+        if name == "device":
+            return lambda spec, *a: _TracedMps() if isinstance(spec, str) and spec.startswith("mps") \
+                else torch.device(spec, *a)
+        return getattr(torch, name)
+
+
+def _mps_branch(original: Callable) -> Callable:
+    """The function with its `device.type`-free MPS test (`x.device != torch.device("mps:0")`) answered as on MPS."""
+    return _with_torch(original, _MpsTorch())
+
+
+def _scaler_on(args, kwargs) -> bool:
+    return bool(args) and getattr(args[0], "_enabled", False)
 
 
 def _deterministic_upsample(original: Callable) -> Callable:
@@ -104,7 +146,11 @@ class _Float32Torch(types.ModuleType):
 
 
 def _float32_branch(original: Callable) -> Callable:
-    names = dict(original.__globals__, torch=_Float32Torch())
+    return _with_torch(original, _Float32Torch())
+
+
+def _with_torch(original: Callable, proxy: types.ModuleType) -> Callable:
+    names = dict(original.__globals__, torch=proxy)
     copy = types.FunctionType(original.__code__, names, original.__name__, original.__defaults__,
                               original.__closure__)
     copy.__kwdefaults__ = original.__kwdefaults__
@@ -124,6 +170,11 @@ ROWS = (
     PyBranch("mps-interpolate-deterministic", "torch._C._nn", "upsample_trilinear3d", _deterministic_upsample,
              "F.interpolate trilinear under torch.use_deterministic_algorithms(True): MPS runs the decomposition",
              SRC_INTERPOLATE, import_it=True, applies=_deterministic_vec),
+    PyBranch("mps-gradscaler-unscale", "torch.amp.grad_scaler", "GradScaler.unscale_", _mps_branch,
+             "GradScaler.unscale_ with the scale on MPS, in a release whose unscale_ has an MPS branch (2.8+): the "
+             "inverse scale is a float32 reciprocal (the CPU trace takes the float64 one); 2.3.0-2.7.1 keep the "
+             "float64 path, whose float64 rows MPS refuses", SRC_SCALER, import_it=True, applies=_scaler_on,
+             question=(GRADSCALER, "unscale_"), when="mps-branch"),
     *(PyBranch("mps-float32-branch", module, name, _float32_branch,
                f"{name} computes in float32 on MPS, float64 elsewhere",
                SRC_FLOAT32.format(file=where, text=text))
@@ -135,18 +186,18 @@ class Patched:
     """The ROWS' functions replaced (see the module docstring): while `enabled()`, each call of one that takes
     another branch on MPS runs the replacement, through `record(row, run)`."""
 
-    def __init__(self, record: Callable, enabled: Callable[[], bool]):
-        self.record, self.enabled = record, enabled
+    def __init__(self, record: Callable, enabled: Callable[[], bool], ask: Callable | None = None):
+        self.record, self.enabled, self.ask = record, enabled, ask or (lambda question: None)
         self._saved: list[tuple[object, str, object]] = []
 
     def __enter__(self) -> Patched:
         for row in ROWS:
-            module = _module(row)
-            original = getattr(module, row.name, None) if module is not None else None
+            owner, name = _owner(row)
+            original = getattr(owner, name, None) if owner is not None else None
             if original is None:
                 continue
-            self._saved.append((module, row.name, original))
-            setattr(module, row.name, self._wrapped(row, original, row.make(original)))
+            self._saved.append((owner, name, original))
+            setattr(owner, name, self._wrapped(row, original, row.make(original)))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -158,6 +209,8 @@ class Patched:
         def call(*args, **kwargs):
             if not self.enabled() or not row.applies(args, kwargs):
                 return original(*args, **kwargs)
+            if row.question is not None and self.ask(row.question) != row.when:
+                return original(*args, **kwargs)  # the predicted-for release runs the traced code there too
             return self.record(row, lambda: replacement(*args, **kwargs))
         return call
 
@@ -166,3 +219,12 @@ def _module(row: PyBranch):
     if row.module in sys.modules:
         return sys.modules[row.module]
     return importlib.import_module(row.module) if row.import_it else None
+
+
+def _owner(row: PyBranch):
+    """(the object holding the replaced attribute — the module, or a class of it for "Class.method" —, its name)."""
+    owner = _module(row)
+    *path, name = row.name.split(".")
+    for part in path:
+        owner = getattr(owner, part, None) if owner is not None else None
+    return owner, name

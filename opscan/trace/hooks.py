@@ -51,7 +51,7 @@ def activate(lens, ops: tuple[str, ...], spans: tuple[str, ...] = ()) -> None:
         for name in (s for s in spans if s not in ops and (op := _overload(s, None)) is not None and _cia(op)):
             for key in LENS_KEYS[:2]:
                 library.impl(name, _span_kernel(name, op), key)
-        _LIBRARY.extend((library, Patched(_steered, _rows_on).__enter__()))
+        _LIBRARY.extend((library, Patched(_steered, _rows_on, _asked).__enter__()))
     _ACTIVE.append(lens)
 
 
@@ -65,6 +65,10 @@ def deactivate(lens) -> None:
 
 def _steered(row, run):
     return _ACTIVE[-1].steered(row, run)
+
+
+def _asked(question):
+    return _ACTIVE[-1].release.ask(question) if _ACTIVE and _ACTIVE[-1].release is not None else None
 
 
 def _rows_on() -> bool:

@@ -1,9 +1,13 @@
 """Trace stage: what a trace asks of the release it is made for, and the answers it got.
 
-A trace depends on the predicted-for release only through three questions, each asked while the step runs:
+A trace depends on the predicted-for release only through these questions, each asked while the step runs:
 - does the release give op X an MPS kernel (the lens, lens.py, asks it for the row it is deciding);
 - should composite X be expanded, its callees recorded (the recorder, recorder.py, once per operator);
-- is the assumed macOS at least V (the lens's attention row).
+- is the assumed macOS at least V (the lens's attention row);
+- mixed precision (amp.py, amp_kernels.py, branches.py), answered by `amp` (opscan/knowledge/autocast.py): what
+  `torch.autocast("mps", dtype=D)` does ("enabled float16", "disabled ...", "raises ..."), the AutocastMPS cast
+  policy of op X ("fp32", ..., None: no rule; asked per op as the step dispatches it under autocast), and how
+  GradScaler.unscale_ treats an MPS scale ("absent", "double", "mps-branch").
 `Questions` asks them through the release's own predicates and keeps every answer (`Trace.asked`). The step is
 the same code run on the same tensors, so two runs part only where some answer differs: a release whose answers to
 every question a trace asked equal that trace's answers gets that very trace (`answers_equal`), and one trace
@@ -17,6 +21,8 @@ from typing import Callable
 from opscan.opkey import OpKey
 
 KERNEL, EXPAND, MACOS = "kernel", "expand", "macos-at-least"
+AUTOCAST, AUTOCAST_OP, GRADSCALER = "autocast-mps", "autocast-op", "gradscaler-unscale"
+AMP = (AUTOCAST, AUTOCAST_OP, GRADSCALER)
 
 
 def _never(op: OpKey) -> bool:
@@ -25,12 +31,14 @@ def _never(op: OpKey) -> bool:
 
 class Questions:
     """The release as the trace sees it: `kernel_of(op)` (None: the lens is off, no row applies), `expand_of(op)`
-    and the assumed macOS; every answer given is kept in `answers`, in the order first asked."""
+    and the assumed macOS; `amp(question)` answers the mixed-precision questions and `amp.ops` names every op some
+    release's AutocastMPS policy lists (None: autocast is left as the installed torch runs it); every answer given
+    is kept in `answers`, in the order first asked."""
 
     def __init__(self, kernel_of: Callable[[OpKey], bool] | None, expand_of: Callable[[OpKey], bool] = _never,
-                 macos: tuple[int, int] = (14, 0)):
-        self.kernel_of, self.expand_of, self.macos = kernel_of, expand_of, tuple(macos)
-        self.answers: dict[tuple[str, object], bool] = {}
+                 macos: tuple[int, int] = (14, 0), amp=None):
+        self.kernel_of, self.expand_of, self.macos, self.amp = kernel_of, expand_of, tuple(macos), amp
+        self.answers: dict[tuple[str, object], object] = {}
 
     def has_kernel(self, op: OpKey) -> bool:
         """Does the release give `op` an MPS kernel?"""
@@ -44,13 +52,30 @@ class Questions:
         """Is the assumed macOS `version` or newer?"""
         return self.ask((MACOS, tuple(version)))
 
-    def ask(self, question: tuple[str, object]) -> bool:
+    def autocast_gate(self, dtype: str | None) -> str:
+        """What torch.autocast("mps", dtype=dtype) does on a Mac: "enabled <dtype>", "disabled <why>" or
+        "raises <error>"."""
+        return self.ask((AUTOCAST, dtype))
+
+    def autocast_cast(self, op: str) -> str | None:
+        """The AutocastMPS cast policy of `op` (yaml spelling), None when the release has no rule for it."""
+        return self.ask((AUTOCAST_OP, op))
+
+    def autocast_ops(self) -> frozenset[str]:
+        """Every op some release's AutocastMPS policy lists (not a question: the same for every release)."""
+        return frozenset(self.amp.ops) if self.amp is not None else frozenset()
+
+    def gradscaler_path(self) -> str:
+        """How GradScaler.unscale_ treats an MPS scale: "absent", "double" or "mps-branch"."""
+        return self.ask((GRADSCALER, "unscale_"))
+
+    def ask(self, question: tuple[str, object]):
         """The release's answer to `question`, kept."""
         if question not in self.answers:
             self.answers[question] = self.answer(question)
         return self.answers[question]
 
-    def answer(self, question: tuple[str, object]) -> bool:
+    def answer(self, question: tuple[str, object]):
         """The release's answer to `question`, not kept."""
         kind, subject = question
         if kind == KERNEL:
@@ -59,6 +84,8 @@ class Questions:
             return bool(self.expand_of(subject))
         if kind == MACOS:
             return self.macos >= subject
+        if kind in AMP:
+            return self.amp(question) if self.amp is not None else None
         raise ValueError(f"unknown trace question {question!r}")
 
     def asked(self) -> tuple[tuple[tuple[str, object], bool], ...]:

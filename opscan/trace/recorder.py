@@ -57,6 +57,7 @@ class CallRecorder(TorchDispatchMode):
         self._parents: list[int] = []
         self._params: list = []
         self.below = None  # the memory tracker, handed every call this mode passes on (its `observe`)
+        self._muted = False
 
     def index_parameters(self, model: torch.nn.Module) -> None:
         """Remember parameter storages so optimizer calls can be attributed to their module."""
@@ -79,6 +80,8 @@ class CallRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self._muted:
+            return self._through(func, args, kwargs)
         if func is _DEVICE_QUERY:  # a fake tensor asking its device through the dispatcher: no call
             return _device_query(func, args, kwargs)
         op = _facts(func)
@@ -103,6 +106,25 @@ class CallRecorder(TorchDispatchMode):
         outputs = tuple(describe(t, self.storages, on_host) for t in tensors_in(out))
         self._store(index, op, phase, inputs, outputs, args, kwargs, spec, expanded, None)
         return out
+
+    def note_call(self, op: OpKey, raised: str, args=(), kwargs=None) -> None:
+        """Record a call this mode did not see as one that raised `raised`, in the current phase and module: a
+        Python API that raises on a Mac (no arguments), or a composite that refused its arguments before it
+        dispatched anything (trace/amp.py)."""
+        kwargs = kwargs or {}
+        self.calls.append(None)
+        spec = encode_args(args, kwargs) if args or kwargs else None
+        self._store(len(self.calls) - 1, op, self.phases.current(), self._metas(tensors_in(args, kwargs)), (), args,
+                    kwargs, spec, False, raised)
+
+    @contextlib.contextmanager
+    def muted(self):
+        """Pass calls on without recording them (a call run again in float32 after the CPU refused it: amp.py)."""
+        self._muted = True
+        try:
+            yield
+        finally:
+            self._muted = False
 
     def _store(self, index, op, phase, inputs, outputs, args, kwargs, spec, expanded, raised) -> None:
         module, how = self._module(phase, inputs)
