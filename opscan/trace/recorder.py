@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from typing import Callable
 
 import torch
@@ -24,6 +25,7 @@ from opscan.opkey import OpKey
 from opscan.trace.argspec import encode as encode_args
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker, backward_module
 from opscan.trace.bookkeeping import is_bookkeeping
+from opscan.trace.frames import where
 from opscan.trace.guard import call_through
 from opscan.trace.hooks import run_composite
 from opscan.trace.records import OpCall, TensorMeta
@@ -57,6 +59,7 @@ class CallRecorder(TorchDispatchMode):
         self._parents: list[int] = []
         self._params: list = []
         self.below = None  # the memory tracker, handed every call this mode passes on (its `observe`)
+        self._sites: dict[tuple, tuple] = {}  # (py chain, caller) -> itself: one tuple per calling place
 
     def index_parameters(self, model: torch.nn.Module) -> None:
         """Remember parameter storages so optimizer calls can be attributed to their module."""
@@ -79,6 +82,7 @@ class CallRecorder(TorchDispatchMode):
             return self._decomposed(func, args, kwargs)
         args, kwargs = rewrapped(func, args, kwargs)  # a composite's wrapped scalar, come back as a number
         phase = self.phases.current()
+        site = self._site(sys._getframe(1))
         if phase == "optimizer" and self._last_phase != "optimizer":
             self._index_gradients()
         self._last_phase = phase
@@ -90,13 +94,18 @@ class CallRecorder(TorchDispatchMode):
         try:
             out, expanded = self._execute(func, op, index, args, kwargs, ins)
         except Exception as exc:  # the step may catch it ("try float16, else float32"): keep the call
-            self._store(index, op, phase, inputs, (), args, kwargs, spec, False, f"{type(exc).__name__}: {exc}")
+            self._store(index, op, phase, inputs, (), args, kwargs, spec, False, f"{type(exc).__name__}: {exc}", site)
             raise
         outputs = self._metas(tensors_in(out))
-        self._store(index, op, phase, inputs, outputs, args, kwargs, spec, expanded, None)
+        self._store(index, op, phase, inputs, outputs, args, kwargs, spec, expanded, None, site)
         return out
 
-    def _store(self, index, op, phase, inputs, outputs, args, kwargs, spec, expanded, raised) -> None:
+    def _site(self, frame) -> tuple:
+        """(py chain, caller) of a call, each interned: calls from one place share one tuple."""
+        chain, caller = where(frame)
+        return self._sites.setdefault((chain, caller), (chain, caller))
+
+    def _store(self, index, op, phase, inputs, outputs, args, kwargs, spec, expanded, raised, site=((), None)) -> None:
         module, how = self._module(phase, inputs)
         if how == "parameter" and phase == "optimizer":
             for t in outputs:  # optimizer state made from a parameter belongs to its module
@@ -106,7 +115,7 @@ class CallRecorder(TorchDispatchMode):
         self.calls[index] = OpCall(
             index, op, phase, module, inputs, outputs, is_bookkeeping(op),
             self.fx_node if phase == "forward" else None, how, _current_node(),
-            self._parents[-1] if self._parents else None, expanded, attrs, spec, raised)
+            self._parents[-1] if self._parents else None, expanded, attrs, spec, raised, site[0], site[1])
 
     def _through(self, func, args, kwargs, ins=None):
         """The call as the modes below (the memory tracker, a fake mode) and the kernels run it."""
