@@ -7,7 +7,7 @@ Each run of the target's code is a stage of the run's RunContext (target/run.py)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opscan.report import Report
@@ -84,10 +84,17 @@ def _stages(options: ScanOptions, session, prepared: Prepared, ctx) -> Report:
     from opscan.predict.history import cache_of
     from opscan.report.assemble import build_report
 
+    memory = memory_stage(prepared, options, ctx)
+    paths = None
+    if options.probe is None:  # measured: the probes run the installed torch's calls, as traced
+        prepared, paths = _release_paths(prepared)
     kb, target, trace, view = prepared.kb, prepared.target, prepared.trace, prepared.view
     cache = cache_of(prepared.caches, kb)
     predicted = [predict_call(call, kb, cache) for call in view]
-    memory = memory_stage(prepared, options, ctx)
+    if paths is not None:
+        from opscan.predict.paths import judged
+
+        predicted = judged(paths, predicted)
     measurement = None
     if options.probe is not None:
         from opscan.probe.stage import measure
@@ -96,6 +103,22 @@ def _stages(options: ScanOptions, session, prepared: Prepared, ctx) -> Report:
     report = build_report(prepared, options.target, predicted, memory, measurement)
     command = repro_command(options)
     return report if command is None else with_repro(report, trace, view, command, measurement)
+
+
+def _release_paths(prepared: Prepared):
+    """(prepared with the MPS view and notes of its knowledge base's release, the ReleasePaths) — predict/paths.py;
+    one per (trace, release) in prepared.caches, so a view object stands for one substitution (the graphs'
+    cache is keyed by it)."""
+    from opscan.predict.paths import release_paths
+
+    views = prepared.caches.setdefault("release-paths", {})
+    if prepared.kb.release not in views:
+        views[prepared.kb.release] = release_paths(prepared.trace, prepared.view, prepared.kb)
+    paths = views[prepared.kb.release]
+    if paths.view is prepared.view and not paths.notes:
+        return prepared, paths
+    trace = replace(prepared.trace, notes=prepared.trace.notes + paths.notes)
+    return replace(prepared, trace=trace, view=paths.view), paths
 
 
 def repro_command(options: ScanOptions) -> str | None:
@@ -108,8 +131,6 @@ def repro_command(options: ScanOptions) -> str | None:
 def with_repro(report: Report, trace, view, command: str, measurement=None) -> Report:
     """The report with its `repro` section (opscan/repro/section.py): from the measured plan and outcomes,
     or in predicted mode from a plan of the MPS view's calls at full shapes."""
-    from dataclasses import replace
-
     from opscan.probe.calls import plan
     from opscan.repro.section import section
 

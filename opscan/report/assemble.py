@@ -70,7 +70,7 @@ def graph_stage(trace, view, verdicts, rows, memory: dict[str, Any] | None = Non
     from opscan.graph.transfers import account, regions, transfer_section
 
     graphs = {} if graphs is None else graphs
-    if (key := tuple(verdicts)) not in graphs:
+    if (key := (id(view), tuple(verdicts))) not in graphs:  # a release's own view (predict/paths.py) is its own
         graphs[key] = build_graph(trace, view, verdicts)
         graphs[key].graph["transfers"] = account(graphs[key])  # per-call copies for the GraphML export
     g = graphs[key]
