@@ -168,13 +168,15 @@ def run_trace(target, options: ScanOptions, kb, ctx=None):
 
 def _trace(target, options: ScanOptions, kb, ctx, memory: bool) -> tuple[Any, Any]:
     """(the trace, the memory tracker that ran below its recorder, or None without `memory`)."""
+    from opscan.opkey import Release
     from opscan.predict.calls import has_mps_kernel, should_expand
     from opscan.trace import TraceOptions, trace_step
     from opscan.trace.guard import user_step
     from opscan.trace.moves import explicit_moves
 
     made: list = []  # the tracker trace_step's memory factory makes (one, when asked for)
-    trace_options = TraceOptions(options.inference, options.dtype, options.fx, macos=kb.macos)
+    trace_options = TraceOptions(options.inference, options.dtype, options.fx, macos=kb.macos,
+                                 release=Release.parse(kb.release).series_key)
     with user_step(target.spec, ctx=ctx), explicit_moves():
         trace = trace_step(target, trace_options, has_mps_kernel=has_mps_kernel(kb), expand=should_expand(kb),
                            memory=_tracking(made) if memory else None)

@@ -11,8 +11,11 @@ nn.TransformerEncoder(Layer)'s fast paths need no row: hooks.FastPathGate keeps 
 
 from __future__ import annotations
 
+import ast
 import importlib
+import inspect
 import sys
+import textwrap
 import types
 from dataclasses import dataclass
 from typing import Callable
@@ -25,7 +28,13 @@ SRC_FOREACH = ("torch/utils/_foreach_utils.py _device_has_foreach_support: devic
                "clip_grad_value_ (torch 2.14.1 lines 92, 170, 288; docs/device_branches.md)")
 SRC_INTERPOLATE = ("torch/nn/functional.py interpolate: `if not input.is_cpu and "
                    "torch.are_deterministic_algorithms_enabled()` -> torch._decomp.decompositions._upsample_linear_vec "
-                   "(torch 2.14.1 lines 5267, 5287; docs/device_branches.md)")
+                   "(torch 2.14.1 lines 5267, 5287); the test was absent in 2.0, `input.is_cuda` in 2.1-2.4, "
+                   "`input.is_cuda or input.is_xpu` in 2.5-2.8: MPS takes the branch from 2.9.0 on (the wheels' "
+                   "torch/nn/functional.py; docs/device_branches.md)")
+SRC_NORM = ("torch/functional.py norm: `input.layout == torch.strided and input.device.type in (\"cpu\", \"cuda\", "
+            "\"meta\", <privateuse1>)` -> torch.linalg.vector_norm / matrix_norm; any other device (mps) -> _VF.norm "
+            "(aten::norm.ScalarOpt_dim and the other norm overloads) or _VF.frobenius_norm, in every release 2.0-2.14 "
+            "(torch 2.14.1 line 1844, 2.0.0 line 1489; Tensor.norm and F.normalize call torch.norm; docs/device_branches.md)")
 SRC_FLOAT32 = ("transformers 5.24.0 {file}: `{text}` (MPS has no float64, so the function computes in float32 "
                "there; docs/device_branches.md)")
 FLOAT32_SITES = (  # (module, function, file:line, the test) — transformers 5.24.0, the version the audit read
@@ -65,6 +74,7 @@ class PyBranch:
     source: str
     import_it: bool = False  # import the module if needed (torch's own); else only when already imported
     applies: Callable = lambda args, kwargs: True  # does this call take another branch on MPS?
+    since: tuple[int, int] | None = None  # the first release series whose code takes the branch on MPS (questions.py)
 
 
 def _as_mps(original: Callable) -> Callable:
@@ -77,6 +87,40 @@ def _as_mps(original: Callable) -> Callable:
 
 def _mps(value):
     return torch.device("mps") if isinstance(value, torch.device) and value.type in ("cpu", "meta") else value
+
+
+class _AsMps(ast.NodeTransformer):
+    """`<x>.device.type` reads "mps"; `<x>.is_mps` True, `<x>.is_cpu` / `<x>.is_cuda` False."""
+
+    def visit_Attribute(self, node):
+        if node.attr == "type" and isinstance(node.value, ast.Attribute) and node.value.attr == "device":
+            return ast.copy_location(ast.Constant("mps"), node)
+        if node.attr in ("is_mps", "is_cpu", "is_cuda"):
+            return ast.copy_location(ast.Constant(node.attr == "is_mps"), node)
+        self.generic_visit(node)
+        return node
+
+
+def _device_as_mps(original: Callable) -> Callable:
+    """The installed torch's own function, recompiled with its device tests answering as on MPS (its file and line
+    numbers kept, so the trace names it as the function that issued its calls); the original when its source is
+    not available."""
+    try:
+        lines, first = inspect.getsourcelines(original)
+    except (OSError, TypeError):
+        return original
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    ast.increment_lineno(tree, first - 1)
+    code = compile(_AsMps().visit(tree), inspect.getsourcefile(original) or "<mps>", "exec")
+    body = next(c for c in code.co_consts if isinstance(c, types.CodeType))
+    copy = types.FunctionType(body, original.__globals__, original.__name__, original.__defaults__)
+    copy.__kwdefaults__ = original.__kwdefaults__
+    return copy
+
+
+def _strided(args, kwargs) -> bool:
+    x = args[0] if args else kwargs.get("input")
+    return isinstance(x, torch.Tensor) and x.layout == torch.strided
 
 
 def _deterministic_upsample(original: Callable) -> Callable:
@@ -119,11 +163,19 @@ ROWS = (
              "clip_grad_norm_/clip_grad_value_ with foreach=True: raises on MPS as the device has no foreach "
              "support", SRC_FOREACH, import_it=True),
     PyBranch("mps-interpolate-deterministic", "torch._C._nn", "upsample_bilinear2d", _deterministic_upsample,
-             "F.interpolate bilinear under torch.use_deterministic_algorithms(True): MPS runs the decomposition",
-             SRC_INTERPOLATE, import_it=True, applies=_deterministic_vec),
+             "F.interpolate bilinear under torch.use_deterministic_algorithms(True), torch 2.9+: MPS runs the "
+             "decomposition", SRC_INTERPOLATE, import_it=True, applies=_deterministic_vec, since=(2, 9)),
     PyBranch("mps-interpolate-deterministic", "torch._C._nn", "upsample_trilinear3d", _deterministic_upsample,
-             "F.interpolate trilinear under torch.use_deterministic_algorithms(True): MPS runs the decomposition",
-             SRC_INTERPOLATE, import_it=True, applies=_deterministic_vec),
+             "F.interpolate trilinear under torch.use_deterministic_algorithms(True), torch 2.9+: MPS runs the "
+             "decomposition", SRC_INTERPOLATE, import_it=True, applies=_deterministic_vec, since=(2, 9)),
+    PyBranch("mps-norm", "torch.functional", "norm", _device_as_mps,
+             "torch.norm, Tensor.norm, F.normalize on a strided tensor: MPS takes _VF.norm / _VF.frobenius_norm "
+             "(aten::norm.ScalarOpt_dim, frobenius_norm.dim) where the CPU trace takes linalg_vector_norm",
+             SRC_NORM, import_it=True, applies=_strided),
+    PyBranch("mps-norm", "torch", "norm", _device_as_mps,
+             "torch.norm, Tensor.norm, F.normalize on a strided tensor: MPS takes _VF.norm / _VF.frobenius_norm "
+             "(aten::norm.ScalarOpt_dim, frobenius_norm.dim) where the CPU trace takes linalg_vector_norm",
+             SRC_NORM, import_it=True, applies=_strided),
     *(PyBranch("mps-float32-branch", module, name, _float32_branch,
                f"{name} computes in float32 on MPS, float64 elsewhere",
                SRC_FLOAT32.format(file=where, text=text))
@@ -135,8 +187,9 @@ class Patched:
     """The ROWS' functions replaced (see the module docstring): while `enabled()`, each call of one that takes
     another branch on MPS runs the replacement, through `record(row, run)`."""
 
-    def __init__(self, record: Callable, enabled: Callable[[], bool]):
-        self.record, self.enabled = record, enabled
+    def __init__(self, record: Callable, enabled: Callable[[], bool],
+                 release_at_least: Callable[[tuple[int, int]], bool] = lambda version: True):
+        self.record, self.enabled, self.release_at_least = record, enabled, release_at_least
         self._saved: list[tuple[object, str, object]] = []
 
     def __enter__(self) -> Patched:
@@ -156,7 +209,8 @@ class Patched:
 
     def _wrapped(self, row: PyBranch, original: Callable, replacement: Callable) -> Callable:
         def call(*args, **kwargs):
-            if not self.enabled() or not row.applies(args, kwargs):
+            if not self.enabled() or not row.applies(args, kwargs) or (
+                    row.since is not None and not self.release_at_least(row.since)):
                 return original(*args, **kwargs)
             return self.record(row, lambda: replacement(*args, **kwargs))
         return call

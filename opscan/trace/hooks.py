@@ -46,7 +46,7 @@ def activate(lens, ops: tuple[str, ...]) -> None:
             op = _overload(name)
             for key in LENS_KEYS:
                 library.impl(name, _kernel(name, op), key)
-        _LIBRARY.extend((library, Patched(_steered, _rows_on).__enter__()))
+        _LIBRARY.extend((library, Patched(_steered, _rows_on, _release_at_least).__enter__()))
     _ACTIVE.append(lens)
 
 
@@ -64,6 +64,10 @@ def _steered(row, run):
 
 def _rows_on() -> bool:
     return bool(_ACTIVE and _ACTIVE[-1].table)
+
+
+def _release_at_least(version: tuple[int, int]) -> bool:
+    return _ACTIVE[-1].release.release_at_least(version)
 
 
 def run_composite(func, args, kwargs):

@@ -1,9 +1,10 @@
 """Trace stage: what a trace asks of the release it is made for, and the answers it got.
 
-A trace depends on the predicted-for release only through three questions, each asked while the step runs:
+A trace depends on the predicted-for release only through four questions, each asked while the step runs:
 - does the release give op X an MPS kernel (the lens, lens.py, asks it for the row it is deciding);
 - should composite X be expanded, its callees recorded (the recorder, recorder.py, once per operator);
-- is the assumed macOS at least V (the lens's attention row).
+- is the assumed macOS at least V (the lens's attention row);
+- is the release series at least S (a Python device branch MPS takes only from S on: branches.py `since`).
 `Questions` asks them through the release's own predicates and keeps every answer (`Trace.asked`). The step is
 the same code run on the same tensors, so two runs part only where some answer differs: a release whose answers to
 every question a trace asked equal that trace's answers gets that very trace (`answers_equal`), and one trace
@@ -16,7 +17,7 @@ from typing import Callable
 
 from opscan.opkey import OpKey
 
-KERNEL, EXPAND, MACOS = "kernel", "expand", "macos-at-least"
+KERNEL, EXPAND, MACOS, RELEASE = "kernel", "expand", "macos-at-least", "release-at-least"
 
 
 def _never(op: OpKey) -> bool:
@@ -28,8 +29,9 @@ class Questions:
     and the assumed macOS; every answer given is kept in `answers`, in the order first asked."""
 
     def __init__(self, kernel_of: Callable[[OpKey], bool] | None, expand_of: Callable[[OpKey], bool] = _never,
-                 macos: tuple[int, int] = (14, 0)):
+                 macos: tuple[int, int] = (14, 0), release: tuple[int, int] | None = None):
         self.kernel_of, self.expand_of, self.macos = kernel_of, expand_of, tuple(macos)
+        self.release = None if release is None else tuple(release)  # the series; None: the installed torch's code
         self.answers: dict[tuple[str, object], bool] = {}
 
     def has_kernel(self, op: OpKey) -> bool:
@@ -43,6 +45,10 @@ class Questions:
     def macos_at_least(self, version: tuple[int, int]) -> bool:
         """Is the assumed macOS `version` or newer?"""
         return self.ask((MACOS, tuple(version)))
+
+    def release_at_least(self, version: tuple[int, int]) -> bool:
+        """Is the predicted-for release series `version` or newer (None: the installed code, which is)?"""
+        return self.ask((RELEASE, tuple(version)))
 
     def ask(self, question: tuple[str, object]) -> bool:
         """The release's answer to `question`, kept."""
@@ -59,6 +65,8 @@ class Questions:
             return bool(self.expand_of(subject))
         if kind == MACOS:
             return self.macos >= subject
+        if kind == RELEASE:
+            return self.release is None or self.release >= subject
         raise ValueError(f"unknown trace question {question!r}")
 
     def asked(self) -> tuple[tuple[tuple[str, object], bool], ...]:

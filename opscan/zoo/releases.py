@@ -110,10 +110,11 @@ def scan_releases(options, releases: tuple[str, ...] | None = None, ctx=None) ->
 
 def _serving(traced: list, kb) -> int | None:
     """The index of the first trace made so far that `kb`'s release would make identically, else None."""
+    from opscan.opkey import Release
     from opscan.predict.calls import has_mps_kernel, should_expand
     from opscan.trace.questions import Questions, answers_equal
 
-    release = Questions(has_mps_kernel(kb), should_expand(kb), kb.macos)
+    release = Questions(has_mps_kernel(kb), should_expand(kb), kb.macos, Release.parse(kb.release).series_key)
     return next((i for i, (prepared, _) in enumerate(traced) if answers_equal(prepared.trace.asked, release)), None)
 
 
