@@ -7,7 +7,8 @@
 - the torch functions met before the first frame outside torch form the call's `py` chain, innermost first (the
   function that issued the call, then its callers inside torch, up to the one the step's code called: the
   *entry*), one entry per unit ("file:qualname" up to ".<locals>", file relative to site-packages), consecutive
-  repeats merged;
+  repeats merged; decorator wrappers around the entry (nested functions outside it: `_no_grad_wrapper`,
+  `profile_hook_step`'s wrapper) are left out, so the last unit is the function the step's code named;
 - the autograd engine's frame (`_engine_run_backward`) ends the chain: what the engine runs is decided in C++
   (derivatives.yaml), not by the Python functions that called `backward()`; a Python backward above it (an
   autograd.Function of torch's) still issues its own calls;
@@ -52,21 +53,23 @@ def unit_of(qualname: str) -> str:
     return qualname.split(".<locals>", 1)[0]
 
 
-def _classify(code) -> tuple[int, str | None]:
+def _classify(code) -> tuple[int, str | None, bool]:
+    """(kind, torch unit or None, whether the code is a nested function: a wrapper when it is outermost)."""
     path = os.path.abspath(code.co_filename)
     if path.startswith(_OPSCAN_DIR):
-        return SKIP, None
+        return SKIP, None, False
     if not path.startswith(_TORCH_DIR):
         if path.startswith(_STDLIB) and "site-packages" not in path:
-            return SKIP, None
-        return OTHER, None
+            return SKIP, None, False
+        return OTHER, None, False
     rel = path[len(_SITE):].replace(os.sep, "/")
-    unit = f"{rel}:{unit_of(getattr(code, 'co_qualname', code.co_name))}"
+    qualname = getattr(code, "co_qualname", code.co_name)
+    unit = f"{rel}:{unit_of(qualname)}"
     if unit == ENGINE_UNIT:
-        return ENGINE, unit
+        return ENGINE, unit, False
     if rel.startswith(MACHINERY) or unit in MACHINERY_UNITS:
-        return SKIP, None
-    return TORCH, unit
+        return SKIP, None, False
+    return TORCH, unit, "<locals>" in qualname
 
 
 def where(frame) -> tuple[tuple[str, ...], tuple[str, int] | None]:
@@ -74,7 +77,9 @@ def where(frame) -> tuple[tuple[str, ...], tuple[str, int] | None]:
     opscan as (file, line), or None) — see the module docstring."""
     chain: list[str] = []
     open_ = True  # still collecting: no engine frame met yet
+    entry = 0  # the chain's length at the outermost frame that is not a nested function
     kinds = _KINDS
+    caller = None
     while frame is not None:
         code = frame.f_code
         found = kinds.get(code)
@@ -82,14 +87,18 @@ def where(frame) -> tuple[tuple[str, ...], tuple[str, int] | None]:
             found = kinds[code] = _classify(code)
         kind = found[0]
         if kind == TORCH:
-            if open_ and (not chain or chain[-1] != found[1]):
-                chain.append(found[1])
+            if open_:
+                if not chain or chain[-1] != found[1]:
+                    chain.append(found[1])
+                if not found[2]:
+                    entry = len(chain)
         elif kind == ENGINE:
             open_ = False
         elif kind == OTHER:
-            return tuple(chain), (code.co_filename, frame.f_lineno)
+            caller = (code.co_filename, frame.f_lineno)
+            break
         frame = frame.f_back
-    return tuple(chain), None
+    return tuple(chain[:entry] if entry else chain), caller
 
 
 def caller_frame():
