@@ -45,12 +45,11 @@ FAMILIES = ("torch/optim/*.py", "torch/nn/functional.py", "torch/functional.py",
             "torch/amp/*.py", "torch/nn/utils/clip_grad.py", "torch/utils/_foreach_utils.py")
 MODULES = "torch/nn/modules/*.py"
 MODULE_METHODS = (".forward", "._conv_forward", "._check_input_dim", "._verify_batch_size")
-HEADER = """# opscan knowledge base: the normalized-body hash (opscan/knowledge/pynorm.py) of torch's Python functions in
-# every covered release, read from the macOS arm64 wheels of releases/index.txt (sha256 checked). Each field
+HEADER = """# opscan knowledge base: the normalized-body hash (opscan/knowledge/pynorm.py) of torch's Python functions
+# in every covered release, read from the macOS arm64 wheels of releases/index.txt (sha256 checked). Each field
 # RELEASE=HASH holds from RELEASE up to the next field's release; "-": the function does not exist there.
 # Written by tools/build_py_drift.py; opscan/knowledge/py_drift.py reads it.
 """
-
 
 def scope_units() -> dict[str, set[str]]:
     """file -> qualnames of tools/py_drift_scope.txt."""

@@ -27,13 +27,13 @@ from types import MappingProxyType
 import yaml
 
 from opscan.knowledge.pynorm import unit_hashes
+from opscan.knowledge.facts import HERE
 from opscan.knowledge.table_text import read_shipped
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 PY_DRIFT_PATH = os.path.join(HERE, "py_drift.txt")
 PY_REVIEW_PATH = os.path.join(HERE, "py_review.yaml")
 ABSENT = "-"
-SOURCE = "opscan/knowledge/py_drift.txt (normalized function bodies of each release's macOS arm64 wheel)"
+DRIFT_SOURCE = "opscan/knowledge/py_drift.txt (normalized function bodies of each release's macOS arm64 wheel)"
 
 
 @dataclass(frozen=True)

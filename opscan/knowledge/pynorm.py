@@ -165,28 +165,28 @@ def _decorator_name(d) -> str:
     return d.attr if isinstance(d, ast.Attribute) else getattr(d, "id", "")
 
 
+def _walk(body, prefix: str, out: dict) -> None:
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if not any(_decorator_name(d) in ("overload", "_overload") for d in node.decorator_list):
+                out.setdefault(prefix + node.name, ("def", node))  # typing stubs skipped; first wins
+        elif isinstance(node, ast.ClassDef):
+            _walk(node.body, prefix + node.name + ".", out)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and getattr(node, "value", None) is not None:
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Name):
+                    out[prefix + "<assign>" + target.id] = ("assign", node)
+        elif isinstance(node, ast.If):  # version- or platform-guarded definitions
+            _walk(node.body, prefix, out)
+            _walk(node.orelse, prefix, out)
+        elif isinstance(node, ast.Try):
+            _walk(node.body, prefix, out)
+
+
 def units(source: str) -> dict[str, tuple[str, ast.AST]]:
     """unit -> (kind "def" | "assign", its AST node, not normalized) of one file's source."""
     out: dict[str, tuple[str, ast.AST]] = {}
-
-    def walk(body, prefix):
-        for node in body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                if not any(_decorator_name(d) in ("overload", "_overload") for d in node.decorator_list):
-                    out.setdefault(prefix + node.name, ("def", node))  # typing stubs skipped; first wins
-            elif isinstance(node, ast.ClassDef):
-                walk(node.body, prefix + node.name + ".")
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and getattr(node, "value", None) is not None:
-                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                    if isinstance(target, ast.Name):
-                        out[prefix + "<assign>" + target.id] = ("assign", node)
-            elif isinstance(node, ast.If):  # version- or platform-guarded definitions
-                walk(node.body, prefix)
-                walk(node.orelse, prefix)
-            elif isinstance(node, ast.Try):
-                walk(node.body, prefix)
-
-    walk(ast.parse(source).body, "")
+    _walk(ast.parse(source).body, "", out)
     return out
 
 
@@ -200,7 +200,7 @@ def normalized(kind: str, node: ast.AST) -> str:
     return ast.dump(_fixed_bodies(_Loose().visit(strict)), include_attributes=False)
 
 
-def digest(text: str) -> str:
+def body_hash(text: str) -> str:
     """The 10-hex-digit hash the table stores."""
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
@@ -212,4 +212,4 @@ def unit_hashes(source: str, wanted=None) -> dict[str, str]:
         found = units(source)
     except SyntaxError:
         return {}
-    return {u: digest(normalized(*found[u])) for u in found if wanted is None or u in wanted}
+    return {u: body_hash(normalized(*found[u])) for u in found if wanted is None or u in wanted}

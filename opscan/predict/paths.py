@@ -25,13 +25,14 @@ from dataclasses import dataclass, replace
 from opscan.knowledge import Knowledge
 from opscan.knowledge.composites import load_composites
 from opscan.knowledge.facts import EarlierPath
-from opscan.knowledge.py_drift import SOURCE, installed_hash, load_py_drift, same_ops
+from opscan.knowledge.py_drift import DRIFT_SOURCE, installed_hash, load_py_drift, same_ops
 from opscan.mps_view import MpsCall
 from opscan.opkey import OpKey
 from opscan.verdict import Classification, Evidence, Verdict
 
 # the public names of functions whose absence a step meets first (else the module path of the function)
-API_NAMES = {"torch/_library/custom_ops.py": "torch.library.custom_op", "torch/amp/grad_scaler.py": "torch.amp.GradScaler"}
+API_NAMES = {"torch/_library/custom_ops.py": "torch.library.custom_op",
+             "torch/amp/grad_scaler.py": "torch.amp.GradScaler"}
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,7 @@ def _missing_api(paths: ReleasePaths, entry: str) -> Classification:
     text = (f"torch {paths.release} has no {api}: the step calls it ({entry} is not in torch {paths.release}'s "
             f"wheel), so on {paths.release} it raises there instead of dispatching this op")
     remedy = (f"upgrade to torch {since} or later, or avoid {api}" if since else f"avoid {api}")
-    return Classification(Verdict.ERROR, Evidence("missing-api", text, SOURCE), remedy)
+    return Classification(Verdict.ERROR, Evidence("missing-api", text, DRIFT_SOURCE), remedy)
 
 
 def _from_fact(paths: ReleasePaths, found: Classification, fact: EarlierPath | None) -> Classification:
@@ -209,4 +210,5 @@ def _drift_said(paths: ReleasePaths, found: Classification, drift: tuple[str, ..
     text = (f"{found.evidence.text}; not checked for torch {paths.release}: its code of {', '.join(drift)} differs "
             f"from the installed torch {paths.installed}'s and no fact or review covers it, so {paths.release} may "
             "dispatch other ops here")
-    return replace(found, evidence=replace(found.evidence, text=text, source=f"{found.evidence.source} + {SOURCE}"))
+    source = f"{found.evidence.source} + {DRIFT_SOURCE}"
+    return replace(found, evidence=replace(found.evidence, text=text, source=source))

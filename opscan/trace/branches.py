@@ -34,7 +34,8 @@ SRC_INTERPOLATE = ("torch/nn/functional.py interpolate: `if not input.is_cpu and
 SRC_NORM = ("torch/functional.py norm: `input.layout == torch.strided and input.device.type in (\"cpu\", \"cuda\", "
             "\"meta\", <privateuse1>)` -> torch.linalg.vector_norm / matrix_norm; any other device (mps) -> _VF.norm "
             "(aten::norm.ScalarOpt_dim and the other norm overloads) or _VF.frobenius_norm, in every release 2.0-2.14 "
-            "(torch 2.14.1 line 1844, 2.0.0 line 1489; Tensor.norm and F.normalize call torch.norm; docs/device_branches.md)")
+            "(torch 2.14.1 line 1844, 2.0.0 line 1489; Tensor.norm and F.normalize call torch.norm; "
+            "docs/device_branches.md)")
 SRC_FLOAT32 = ("transformers 5.24.0 {file}: `{text}` (MPS has no float64, so the function computes in float32 "
                "there; docs/device_branches.md)")
 FLOAT32_SITES = (  # (module, function, file:line, the test) — transformers 5.24.0, the version the audit read

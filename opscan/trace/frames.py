@@ -78,13 +78,12 @@ def where(frame) -> tuple[tuple[str, ...], tuple[str, int] | None]:
     chain: list[str] = []
     open_ = True  # still collecting: no engine frame met yet
     entry = 0  # the chain's length at the outermost frame that is not a nested function
-    kinds = _KINDS
     caller = None
     while frame is not None:
         code = frame.f_code
-        found = kinds.get(code)
+        found = _KINDS.get(code)
         if found is None:
-            found = kinds[code] = _classify(code)
+            found = _KINDS[code] = _classify(code)
         kind = found[0]
         if kind == TORCH:
             if open_:
