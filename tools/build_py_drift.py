@@ -129,18 +129,20 @@ def check_installed() -> int:
 
 
 def report() -> int:
-    """Markdown rows: every unit of the scope list that differs in some release, and what covers it."""
+    """Markdown rows: every unit of the scope list or the families that the recorded steps ran and that differs in
+    some release, and what covers each difference (an earlier_paths fact, a same-ops review, or nothing)."""
     from opscan.knowledge.facts import load_facts
 
     table, review, facts = load_py_drift(), load_py_review(), load_facts()
-    from_facts = {p.from_unit for s in facts.sections["earlier_paths"].values() for p in s if p.from_unit}
+    paths = [p for s in facts.sections["earlier_paths"].values() for p in s if p.from_unit]
     listed = {f"{rel}:{q}" for rel, qs in scope_units().items() for q in qs}
     for unit in sorted(u for u in table.rows if u in listed and len(table.rows[u]) > 1):
-        classes = review.get(unit, ())
-        covered = "fact" if unit in from_facts else ""
-        reasons = "; ".join(dict.fromkeys(c.reason for c in classes)) or "—"
-        runs = ", ".join(f"{table.releases[i]}{'=absent' if d is None else ''}" for i, d in table.rows[unit])
-        print(f"| `{unit}` | {runs} | {covered} | {reasons} |")
+        runs = ", ".join(f"{table.releases[i]}{' (absent)' if d is None else ''}" for i, d in table.rows[unit])
+        by_fact = sorted({f"`{p.op or 'a run'}`" for p in paths if unit in (p.from_unit, p.via)})
+        reviewed = "; ".join(dict.fromkeys(c.reason for c in review.get(unit, ())))
+        covered = " ".join(filter(None, (f"fact: {', '.join(by_fact)}" if by_fact else "",
+                                          "same ops" if reviewed else "")))
+        print(f"| `{unit}` | {runs} | {covered or '**unreviewed**: said in the scans'} | {reviewed or '—'} |")
     return 0
 
 
