@@ -69,7 +69,7 @@ def test_every_reviewed_version_is_one_the_table_holds():
             assert found.versions <= held, unit
 
 
-def test_the_build_tool_checks_the_installed_column(capsys):
+def _tool():
     import importlib.util
     import sys
 
@@ -77,8 +77,20 @@ def test_the_build_tool_checks_the_installed_column(capsys):
     tool = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = tool
     spec.loader.exec_module(tool)
-    assert tool.main(["--installed"]) == 0
+    return tool
+
+
+def test_the_build_tool_checks_the_installed_column(capsys):
+    assert _tool().main(["--installed"]) == 0
     assert "units of torch" in capsys.readouterr().out
+
+
+def test_the_doc_lists_every_drifted_function_as_the_tool_reports_it(capsys):
+    assert _tool().main(["--report"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    doc = (REPO / "docs" / "release-drift.md").read_text(encoding="utf-8").splitlines()
+    assert len(rows) > 100 and all(row in doc for row in rows)
+    assert any("_single_tensor_adam` |" in row and "fact: `aten::lerp_.Scalar`" in row for row in rows)
 
 
 # ---------------------------------------------------------------- the releases' own paths, on real models
