@@ -9,19 +9,20 @@
   *entry*), one entry per unit ("file:qualname" up to ".<locals>", file relative to site-packages), consecutive
   repeats merged; decorator wrappers around the entry (nested functions outside it: `_no_grad_wrapper`,
   `profile_hook_step`'s wrapper) are left out, so the last unit is the function the step's code named;
-- the autograd engine's frame (`_engine_run_backward`) ends the chain: what the engine runs is decided in C++
-  (derivatives.yaml), not by the Python functions that called `backward()`; a Python backward above it (an
-  autograd.Function of torch's) still issues its own calls;
+- the autograd engine's frame (`_engine_run_backward`) ends the walk: what the engine runs is decided in C++
+  (derivatives.yaml), not by the Python functions that called `backward()` (a Python backward above it, an
+  autograd.Function of torch's, still issues its own calls), and the line that matters for a backward call is
+  the forward call that made its node, not the `backward()` line, so such a call has no `caller`;
 - the first frame outside torch and opscan is the call's `caller` (file, line): the step's code or the library
   (transformers, timm, torchvision) that called torch. Issue 29 walks on from there to the user's own file.
 
-Each code object is classified once (`_KINDS`), so a call costs one dictionary lookup per frame passed.
+Each code object is classified once (`_KINDS`, keyed by identity), so a call costs one dictionary lookup per frame
+passed.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import sysconfig
 
 import torch
@@ -45,7 +46,7 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _SITE = os.path.dirname(_TORCH_DIR.rstrip(os.sep)) + os.sep
 _OPSCAN_DIR = os.path.dirname(os.path.abspath(opscan.__file__)) + os.sep
 _STDLIB = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
-_KINDS: dict = {}  # code object -> (kind, unit or None): a process's cache, filled once per function
+_KINDS: dict = {}  # id(code) -> (kind, unit or None, nested, code): a process's cache, filled once per function
 
 
 def unit_of(qualname: str) -> str:
@@ -76,30 +77,23 @@ def where(frame) -> tuple[tuple[str, ...], tuple[str, int] | None]:
     """(the torch units on the stack above `frame`'s caller, innermost first; the first frame outside torch and
     opscan as (file, line), or None) — see the module docstring."""
     chain: list[str] = []
-    open_ = True  # still collecting: no engine frame met yet
     entry = 0  # the chain's length at the outermost frame that is not a nested function
     caller = None
     while frame is not None:
         code = frame.f_code
-        found = _KINDS.get(code)
-        if found is None:
-            found = _KINDS[code] = _classify(code)
+        found = _KINDS.get(id(code))  # by identity: a code object's own hash reads its whole body
+        if found is None or found[3] is not code:
+            found = _KINDS[id(code)] = (*_classify(code), code)
         kind = found[0]
         if kind == TORCH:
-            if open_:
-                if not chain or chain[-1] != found[1]:
-                    chain.append(found[1])
-                if not found[2]:
-                    entry = len(chain)
+            if not chain or chain[-1] != found[1]:
+                chain.append(found[1])
+            if not found[2]:
+                entry = len(chain)
         elif kind == ENGINE:
-            open_ = False
+            break
         elif kind == OTHER:
             caller = (code.co_filename, frame.f_lineno)
             break
         frame = frame.f_back
     return tuple(chain[:entry] if entry else chain), caller
-
-
-def caller_frame():
-    """The frame that called the function calling this one (sys._getframe(2))."""
-    return sys._getframe(2)

@@ -60,6 +60,7 @@ class CallRecorder(TorchDispatchMode):
         self._params: list = []
         self.below = None  # the memory tracker, handed every call this mode passes on (its `observe`)
         self._sites: dict[tuple, tuple] = {}  # (py chain, caller) -> itself: one tuple per calling place
+        self._parent_site: tuple = ((), None)  # the site of the last top-level call (its callees share it)
 
     def index_parameters(self, model: torch.nn.Module) -> None:
         """Remember parameter storages so optimizer calls can be attributed to their module."""
@@ -82,7 +83,8 @@ class CallRecorder(TorchDispatchMode):
             return self._decomposed(func, args, kwargs)
         args, kwargs = rewrapped(func, args, kwargs)  # a composite's wrapped scalar, come back as a number
         phase = self.phases.current()
-        site = self._site(sys._getframe(1))
+        # a composite's callee, re-dispatched by this mode, was issued where its composite was
+        site = self._site(sys._getframe(1)) if not self._parents else self._parent_site
         if phase == "optimizer" and self._last_phase != "optimizer":
             self._index_gradients()
         self._last_phase = phase
@@ -101,9 +103,10 @@ class CallRecorder(TorchDispatchMode):
         return out
 
     def _site(self, frame) -> tuple:
-        """(py chain, caller) of a call, each interned: calls from one place share one tuple."""
+        """(py chain, caller) of a call, interned: calls from one place share one tuple."""
         chain, caller = where(frame)
-        return self._sites.setdefault((chain, caller), (chain, caller))
+        self._parent_site = self._sites.setdefault((chain, caller), (chain, caller))
+        return self._parent_site
 
     def _store(self, index, op, phase, inputs, outputs, args, kwargs, spec, expanded, raised, site=((), None)) -> None:
         module, how = self._module(phase, inputs)
