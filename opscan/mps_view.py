@@ -28,6 +28,9 @@ SRC_CONV = "mps_facts.md §8: at::native::_convolution calls _mps_convolution(_t
 VIEW_RULES = {
     "mps-convolution": ("any convolution on MPS input (transposed or not)", SRC_CONV),
     "mps-copy": ("copy_ with an MPS source or destination", SRC_COPY),
+    "earlier-path": ("the predicted-for release's own Python code of the function that issued the call ran other ops "
+                     "(facts.yaml earlier_paths with `from`; applied per release by predict/python_paths.py)",
+                     "opscan/knowledge/facts.yaml earlier_paths + py_drift.txt (the releases' wheels)"),
     "composite-callee": ("a CompositeExplicitAutograd(NonFunctional) op without an MPS kernel: the calls its "
                          "composite kernel dispatched, recorded by re-dispatching it inside the recorder",
                          "native_functions.yaml composite entries; opscan recorder expansion"),

@@ -7,7 +7,7 @@ Each run of the target's code is a stage of the run's RunContext (target/run.py)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opscan.report import Report
@@ -88,11 +88,17 @@ def _stages(options: ScanOptions, session, prepared: Prepared, ctx) -> Report:
     from opscan.report.assemble import build_report
 
     memory = memory_stage(prepared, options, ctx)  # sizes of the traced step, whichever release is judged
-    if options.probe is None:  # measured mode measures the installed torch's own calls
-        prepared = for_release(prepared)
+    paths = None
+    if options.probe is None:  # measured mode measures the installed torch's own calls, as traced
+        prepared = for_release(prepared)  # its C++ composites (predict/release_paths.py)
+        prepared, paths = _release_paths(prepared)  # its Python code (predict/python_paths.py)
     kb, target, trace, view = prepared.kb, prepared.target, prepared.trace, prepared.view
     cache = cache_of(prepared.caches, kb)
     predicted = [predict_call(call, kb, cache) for call in view]
+    if paths is not None:
+        from opscan.predict.python_paths import judged
+
+        predicted = judged(paths, predicted)
     measurement = None
     if options.probe is not None:
         from opscan.probe.stage import measure
@@ -114,6 +120,21 @@ def for_release(prepared: Prepared) -> Prepared:
     return prepared if view is prepared.view and not notes else replace(prepared, view=view, notes=notes)
 
 
+def _release_paths(prepared: Prepared):
+    """(prepared with the MPS view and notes of its knowledge base's release, the ReleasePaths:
+    predict/python_paths.py); one per (trace, release) in prepared.caches."""
+    from opscan.predict.python_paths import release_paths
+
+    views = prepared.caches.setdefault("release-paths", {})
+    if prepared.kb.release not in views:
+        views[prepared.kb.release] = release_paths(prepared.trace, prepared.view, prepared.kb)
+    paths = views[prepared.kb.release]
+    if paths.view is prepared.view and not paths.notes:
+        return prepared, paths
+    trace = replace(prepared.trace, notes=prepared.trace.notes + paths.notes)
+    return replace(prepared, trace=trace, view=paths.view), paths
+
+
 def repro_command(options: ScanOptions) -> str | None:
     """The command line recorded in the `repro` section, or None when no section is wanted."""
     from opscan.repro.section import command_line
@@ -124,8 +145,6 @@ def repro_command(options: ScanOptions) -> str | None:
 def with_repro(report: Report, trace, view, command: str, measurement=None) -> Report:
     """The report with its `repro` section (opscan/repro/section.py): from the measured plan and outcomes,
     or in predicted mode from a plan of the MPS view's calls at full shapes."""
-    from dataclasses import replace
-
     from opscan.probe.calls import plan
     from opscan.repro.section import section
 
@@ -163,6 +182,7 @@ def run_trace(target, options: ScanOptions, kb, ctx=None):
 
 def _trace(target, options: ScanOptions, kb, ctx, memory: bool) -> tuple[Any, Any]:
     """(the trace, the memory tracker that ran below its recorder, or None without `memory`)."""
+    from opscan.opkey import Release
     from opscan.predict.calls import amp_of, has_mps_kernel, should_expand
     from opscan.predict.release_paths import span_ops
     from opscan.trace import TraceOptions, trace_step
@@ -170,7 +190,8 @@ def _trace(target, options: ScanOptions, kb, ctx, memory: bool) -> tuple[Any, An
     from opscan.trace.moves import explicit_moves
 
     made: list = []  # the tracker trace_step's memory factory makes (one, when asked for)
-    trace_options = TraceOptions(options.inference, options.dtype, options.fx, macos=kb.macos)
+    trace_options = TraceOptions(options.inference, options.dtype, options.fx, macos=kb.macos,
+                                 release=Release.parse(kb.release).series_key)
     with user_step(target.spec, ctx=ctx), explicit_moves():
         trace = trace_step(target, trace_options, has_mps_kernel=has_mps_kernel(kb), expand=should_expand(kb),
                            memory=_tracking(made) if memory else None, spans=span_ops(), amp=amp_of(kb))

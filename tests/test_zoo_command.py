@@ -2,14 +2,15 @@
 run), resuming from the journal, the leaderboard's JSON/CSV/HTML, the diff, and the Ray path.
 
 Expected lanes come from the knowledge base's records of the releases, not from the scan's output: the tiny MLP
-(tests/targets/zoo_tiny.py:mlp) is trained with AdamW, whose moment update `exp_avg.lerp_(grad, 1 - beta1)`
-calls aten::lerp_.Scalar. In torch 2.0.0 lerp.Scalar_out has no MPS kernel (opscan/knowledge/releases/2.0.0.txt
-line 1634, `+op lerp.Scalar_out -`, from the 2.0.0 macOS wheel's native_functions.yaml) and 2.1.0 adds it
-(releases/2.1.0.txt line 218, `+op lerp.Scalar_out M`); every other op of the step (addmm, relu, mse, their
-backward, AdamW's arithmetic) has had an MPS kernel since 2.0.0. So on 2.0.0 the step has exactly one blocking
-row, lerp_.Scalar unsupported (rule no-mps-kernel), and its lane is linux-gpu-first (the CPU fallback of the
-optimizer step moves more bytes than the step's parameters and activations); from 2.1.0 on it is all native and
-mac-first; the first native release is 2.1.0.
+(tests/targets/zoo_tiny.py:mlp) rolls its hidden activation with torch.roll, whose backward rolls back (the same
+op, one row). In torch 2.0.0 roll has no MPS kernel (opscan/knowledge/releases/2.0.0.txt line 2348, `+op roll -`,
+from the 2.0.0 macOS wheel's native_functions.yaml) and 2.1.0 adds it (releases/2.1.0.txt line 255, `+op roll M`).
+The MLP is trained with AdamW, which in 2.0.x updated its first moment with mul_ + add_ (facts.yaml earlier_paths:
+torch 2.0.0's torch/optim/adamw.py:389), not with lerp_ (no MPS kernel in 2.0.0, releases/2.0.0.txt `+op
+lerp.Scalar_out -`), so the optimizer step does not block 2.0.0; every other op of the step (addmm, relu, mse,
+their backward, AdamW's arithmetic) has had an MPS kernel since 2.0.0. So on 2.0.0 the step has exactly one
+blocking row, roll unsupported (rule no-mps-kernel), in the middle of the forward and backward, and its lane is
+dual-track; from 2.1.0 on it is all native and mac-first; the first native release is 2.1.0.
 """
 
 from __future__ import annotations
@@ -137,11 +138,11 @@ def test_the_json_cells_are_the_lanes_the_knowledge_base_gives(scanned):
     board = json.loads((scanned[1] / "leaderboard.json").read_text())
     mlp = next(m for m in board["models"] if m["model"]["name"] == "mlp")
     cells = {c["release"]: c for c in mlp["cells"]}
-    assert {r: c["lane"] for r, c in cells.items()} == {"2.0.0": "linux-gpu-first", "2.1.0": "mac-first",
+    assert {r: c["lane"] for r, c in cells.items()} == {"2.0.0": "dual-track", "2.1.0": "mac-first",
                                                        "2.14.1": "mac-first"}
     (row,) = cells["2.0.0"]["blocking"]  # the one row the module docstring reasons out
     assert (row["op"], row["verdict"], row["rule"], row["verdict_source"]) == \
-        ("aten::lerp_.Scalar", "unsupported", "no-mps-kernel", "predicted")
+        ("aten::roll", "unsupported", "no-mps-kernel", "predicted")
     assert "2.0.0" in row["source"] and row["evidence"]
     assert cells["2.1.0"]["native"] and cells["2.1.0"]["blocking"] == []
     assert mlp["first_native"] == "2.1.0"
@@ -152,11 +153,11 @@ def test_the_json_cells_are_the_lanes_the_knowledge_base_gives(scanned):
 def test_the_csv_has_a_row_per_cell_and_per_error(scanned):
     rows = list(csv.DictReader(io.StringIO((scanned[1] / "leaderboard.csv").read_text())))
     assert [(r["model"], r["release"], r["lane"]) for r in rows] == [
-        ("broken", "", ""), ("crash", "", ""), ("mlp", "2.0.0", "linux-gpu-first"), ("mlp", "2.1.0", "mac-first"),
+        ("broken", "", ""), ("crash", "", ""), ("mlp", "2.0.0", "dual-track"), ("mlp", "2.1.0", "mac-first"),
         ("mlp", "2.14.1", "mac-first")]
     old = rows[2]
     assert old["blocking_rows"] == "1" and old["blocking"] == \
-        "aten::lerp_.Scalar[float32,float32] unsupported (no-mps-kernel)"  # AdamW: param and grad, both float32
+        "aten::roll[float32] unsupported (no-mps-kernel)"  # the hidden activation, float32
     assert {r["first_native"] for r in rows[2:]} == {"2.1.0"} and old["cell_source"] == "predicted"
 
 

@@ -5,15 +5,17 @@
     python tools/audit_device_branches.py --check              # exit 1 if the table is stale or a hit is unreviewed
     python tools/audit_device_branches.py --torch-wheel W.whl  # torch 2.13.0's files from a wheel you have
 
-What counts as a hit (read with `ast`, nothing imported or run): a comparison that involves a device-type
-string ("cpu", "cuda", "mps", ...) or a `.device.type` / `device_type` operand; an `is_cuda` / `is_cpu` /
-`is_mps` / `is_xpu` / `is_meta` attribute; a call of a `..._supported_devices`, `_device_has_...`,
-`_has_foreach_support`, `is_available` helper; a list/tuple/set of two or more device names. One row per
-source line.
+What counts as a hit (read with `ast`, nothing imported or run): a comparison that involves a
+device-type string ("cpu", "cuda", "mps", ..., also with an index: "mps:0") or a `.device.type` /
+`device_type` operand; an `is_cuda` / `is_cpu` / `is_mps` / `is_xpu` / `is_meta` attribute; a call of a
+`..._supported_devices`, `_device_has_...`, `_has_foreach_support`, `is_available` helper; a list/tuple/set of
+two or more device names. One row per source line.
 
 Where: torch 2.14.1 (installed) and torch 2.13.0 (`pip download torch==2.13.0 --no-deps`, the CPU wheel, read
 as a zip) — torch/nn (functional.py, modules, utils, attention, parallel), torch/optim and the foreach helpers
-(torch/utils/_foreach_utils.py), torch/_refs, torch/_decomp — and the installed transformers and timm (all
+(torch/utils/_foreach_utils.py), torch/_refs, torch/_decomp, torch/functional.py (torch.norm, ...),
+torch/_tensor.py (the Tensor methods written in Python), torch/amp, torch/cuda/amp and torch/cpu/amp (autocast,
+GradScaler), torch/autograd/__init__.py and torch/utils/checkpoint.py — and the installed transformers and timm (all
 of their Python files). A torch row carries its line in both releases (matched by file, enclosing function and
 statement text).
 
@@ -49,7 +51,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "device_branches.md"
 REVIEW = ROOT / "tools" / "device_branch_review.yaml"
 OLD_TORCH = "2.13.0"
-TORCH_PATHS = ("torch/nn/", "torch/optim/", "torch/_refs/", "torch/_decomp/", "torch/utils/_foreach_utils.py")
+TORCH_PATHS = ("torch/nn/", "torch/optim/", "torch/_refs/", "torch/_decomp/", "torch/utils/_foreach_utils.py",
+               "torch/functional.py", "torch/_tensor.py", "torch/amp/", "torch/cuda/amp/", "torch/cpu/amp/",
+               "torch/autograd/__init__.py", "torch/utils/checkpoint.py")
 OTHER_DEVICES = {"cuda", "xpu", "hpu", "mtia", "npu", "xla", "lazy", "privateuseone", "ipu", "maia", "tpu",
                  "neuron", "disk", "ve", "vulkan", "fpga"}
 DEVICES = OTHER_DEVICES | {"cpu", "mps", "meta"}
@@ -126,7 +130,9 @@ class Scanner(ast.NodeVisitor):
 
 
 def _device_strings(node) -> set[str]:
-    return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and n.value in DEVICES}
+    """The device types a node names: "mps", and with an index ("mps:0", as GradScaler.unscale_ compares)."""
+    return {n.value.split(":")[0] for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and (n.value in DEVICES or re.fullmatch(r"[a-z_]+:\d+", n.value) and n.value.split(":")[0] in DEVICES)}
 
 
 def scan_source(library: str, file: str, source: str) -> list[Hit]:

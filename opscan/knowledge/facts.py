@@ -58,13 +58,25 @@ class DtypeLimit:
 
 @dataclass(frozen=True)
 class EarlierPath:
-    """An op the installed torch dispatches that a release series lacks, and what that release ran instead."""
+    """What a release series ran where the installed torch dispatches `op`.
 
-    op: OpKey
-    ran: OpKey
+    Without `from_unit`: an op the series lacks (the installed torch's own decomposition dispatched it), judged
+    as the one op it ran in its place (predict.rules). With `from_unit` (a torch Python function, "file:qualname",
+    trace/frames.py): the series' own code of that function differs, and where the installed one issued `op` it
+    issued the ops `ran` (none: nothing) — every such call, or with `rank` only those whose first output has
+    that many dimensions; `ops` instead of `op` names a run of consecutive calls made inside the function (through its
+    helpers too), all of them when empty, that becomes `ran` once; `via`: only when the function was called by
+    that torch function (predict/python_paths.py applies these to the MPS view of a release of the series)."""
+
+    op: OpKey | None
+    ran: tuple[OpKey, ...]
     message: str
     source: str
     within: OpKey | None = None  # the C++ composite whose kernel made the call (composite_callees.txt checks it)
+    from_unit: str | None = None
+    via: str | None = None
+    ops: tuple[OpKey, ...] | None = None  # a run's ops (from_unit only); () = every call made inside from_unit
+    rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +103,7 @@ class ReleaseFacts:
     outside_yaml: Mapping[OpKey, Fact] = field(default_factory=dict)  # MPS kernels the yaml lacks
     dtype_limits: tuple[DtypeLimit, ...] = ()
     earlier_paths: Mapping[OpKey, EarlierPath] = field(default_factory=dict)  # ops this series lacks, and theirs
+    python_paths: tuple[EarlierPath, ...] = ()  # earlier_paths with `from`: where this series' Python code differs
     device_branches: Mapping[OpKey, DeviceBranch] = field(default_factory=dict)  # what a composite runs on MPS
 
 
@@ -151,11 +164,21 @@ def _dtype_limit(entry: dict) -> tuple:
 
 
 def _earlier_path(entry: dict) -> tuple:
-    """An earlier_paths entry as a one-element tuple."""
-    _require(entry, ("op", "ran", "releases", "message", "source"), "earlier_paths")
-    op, ran = OpKey.from_yaml(entry["op"]), OpKey.from_yaml(entry["ran"])
-    within = OpKey.from_yaml(entry["within"]) if entry.get("within") else None
-    return (EarlierPath(op, ran, str(entry["message"]), str(entry["source"]), within),)
+    """An earlier_paths entry as a one-element tuple (see EarlierPath)."""
+    _require(entry, ("ran", "releases", "message", "source"), "earlier_paths")
+    ran = entry["ran"] if isinstance(entry["ran"], list) else [entry["ran"]]
+    op, from_unit = entry.get("op"), entry.get("from")
+    if from_unit is None and (not isinstance(op, str) or len(ran) != 1):
+        raise ValueError(f"earlier_paths: {entry!r} needs one `op` and one `ran` op, or a `from` function")
+    rank = entry.get("rank")
+    return (EarlierPath(
+        OpKey.from_yaml(op) if isinstance(op, str) else None, tuple(OpKey.from_yaml(o) for o in ran),
+        str(entry["message"]), str(entry["source"]),
+        within=OpKey.from_yaml(entry["within"]) if entry.get("within") else None,
+        from_unit=str(from_unit) if from_unit else None,
+        via=str(entry["via"]) if entry.get("via") else None,
+        ops=None if isinstance(op, str) else tuple(OpKey.from_yaml(o) for o in op or ()),
+        rank=None if rank is None else int(rank)),)
 
 
 def _device_branches(entries: list[dict]) -> Mapping[OpKey, DeviceBranch]:
@@ -227,7 +250,8 @@ def _release_facts(facts: Facts, s: str) -> ReleaseFacts:
         distributed_error=Fact(dist["source"], dist["message"]) if broken else None,
         outside_yaml=MappingProxyType(dict(sec["outside_yaml"].get(s, ()))),
         dtype_limits=sec["dtype_limits"].get(s, ()),
-        earlier_paths=MappingProxyType({p.op: p for p in sec["earlier_paths"].get(s, ())}),
+        earlier_paths=MappingProxyType({p.op: p for p in sec["earlier_paths"].get(s, ()) if p.from_unit is None}),
+        python_paths=tuple(p for p in sec["earlier_paths"].get(s, ()) if p.from_unit is not None),
         device_branches=facts.device_branches,
     )
 

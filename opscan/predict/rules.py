@@ -232,9 +232,10 @@ def _earlier_path(c: _Call) -> Classification | None:
     path = c.kb.facts.earlier_paths.get(c.op)
     if path is None or c.kb.yaml.get(c.op) is not None:
         return None
-    found = predict_op(path.ran, c.dtypes, c.kb)
+    ran = path.ran[0]
+    found = predict_op(ran, c.dtypes, c.kb)
     text = (f"{c.op} is not in {c.kb.yaml_source}: the installed torch's decomposition dispatched it, and torch "
-            f"{c.release} ran {path.ran} in its place ({path.message}); {path.ran}: {found.evidence.text}")
+            f"{c.release} ran {ran} in its place ({path.message}); {ran}: {found.evidence.text}")
     source = " + ".join(dict.fromkeys((path.source, found.evidence.source)))
     return Classification(found.verdict, Evidence("earlier-path", text, source), found.remedy, found.since)
 

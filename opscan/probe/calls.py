@@ -152,6 +152,10 @@ def _strip_values(spec):
 
 def _stand_ins(trace, mps_call, device: str) -> list:
     """The recorded calls (or a ProbeCall / a reason) that measure one MPS-view call on `device`."""
+    # predict/python_paths.py: an op an earlier release ran where the trace has another
+    if mps_call.rule == "earlier-path":
+        return [f"{mps_call.op.display}: an earlier release's code ran it in place of the traced "
+                f"{mps_call.cpu_op.display}, whose arguments are the only ones recorded"]
     if mps_call.rule not in LENS_RULES:
         return [trace.calls[mps_call.index]]
     group, backward = _group_of(trace, mps_call)

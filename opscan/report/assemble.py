@@ -78,7 +78,8 @@ def graph_stage(trace, view, verdicts, rows, memory: dict[str, Any] | None = Non
     from opscan.graph.transfers import account, regions, transfer_section
 
     graphs = {} if graphs is None else graphs
-    # a release's view can differ from another's (predict/release_paths.py): the calls are part of the key
+    # a release's view can differ from another's (predict/release_paths.py, predict/python_paths.py): the calls are
+    # part of the key
     if (key := (tuple(verdicts), tuple((c.index, c.op) for c in view))) not in graphs:
         graphs[key] = build_graph(trace, view, verdicts)
         graphs[key].graph["transfers"] = account(graphs[key])  # per-call copies for the GraphML export

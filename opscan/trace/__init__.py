@@ -37,6 +37,7 @@ class TraceOptions:
     fx: bool = True
     seed: int = 0
     macos: tuple[int, int] = (14, 0)
+    release: tuple[int, int] | None = None  # the predicted-for release series (None: the installed torch's code)
 
 
 def _never(op: OpKey) -> bool:
@@ -73,7 +74,8 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
     tracker = ModuleTracker(model)
     mapper = GradFnMapper(tracker)
     phases = PhaseTracker(tracker)
-    release = Questions(has_mps_kernel, expand, options.macos, amp)  # what the trace asks of the release, kept
+    # what the trace asks of the release, kept
+    release = Questions(has_mps_kernel, expand, options.macos, amp, options.release)
     recorder = CallRecorder(tracker, mapper, phases, release.expands)
     lens = Lens(release, clock=lambda: len(recorder.calls), tracker=tracker, paused=lambda: recorder.expanding,
                 spans=spans)

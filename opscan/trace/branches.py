@@ -11,8 +11,11 @@ nn.TransformerEncoder(Layer)'s fast paths need no row: hooks.FastPathGate keeps 
 
 from __future__ import annotations
 
+import ast
 import importlib
+import inspect
 import sys
+import textwrap
 import types
 from dataclasses import dataclass
 from typing import Callable
@@ -27,7 +30,14 @@ SRC_FOREACH = ("torch/utils/_foreach_utils.py _device_has_foreach_support: devic
                "clip_grad_value_ (torch 2.14.1 lines 92, 170, 288; docs/device_branches.md)")
 SRC_INTERPOLATE = ("torch/nn/functional.py interpolate: `if not input.is_cpu and "
                    "torch.are_deterministic_algorithms_enabled()` -> torch._decomp.decompositions._upsample_linear_vec "
-                   "(torch 2.14.1 lines 5267, 5287; docs/device_branches.md)")
+                   "(torch 2.14.1 lines 5267, 5287); the test was absent in 2.0, `input.is_cuda` in 2.1-2.4, "
+                   "`input.is_cuda or input.is_xpu` in 2.5-2.8: MPS takes the branch from 2.9.0 on (the wheels' "
+                   "torch/nn/functional.py; docs/device_branches.md)")
+SRC_NORM = ("torch/functional.py norm: `input.layout == torch.strided and input.device.type in (\"cpu\", \"cuda\", "
+            "\"meta\", <privateuse1>)` -> torch.linalg.vector_norm / matrix_norm; any other device (mps) -> _VF.norm "
+            "(aten::norm.ScalarOpt_dim and the other norm overloads) or _VF.frobenius_norm, in every release 2.0-2.14 "
+            "(torch 2.14.1 line 1844, 2.0.0 line 1489; Tensor.norm and F.normalize call torch.norm; "
+            "docs/device_branches.md)")
 SRC_FLOAT32 = ("transformers 5.24.0 {file}: `{text}` (MPS has no float64, so the function computes in float32 "
                "there; docs/device_branches.md)")
 SRC_SCALER = ("torch/amp/grad_scaler.py GradScaler.unscale_: `self._scale.double().reciprocal().float() if "
@@ -73,6 +83,7 @@ class PyBranch:
     applies: Callable = lambda args, kwargs: True  # does this call take another branch on MPS?
     question: tuple | None = None  # asked of the predicted-for release (questions.py) before the branch is taken
     when: object = True  # the answer for which the release takes the MPS branch (another: the traced code runs)
+    since: tuple[int, int] | None = None  # the first release series whose code takes the branch on MPS (questions.py)
 
 
 def _as_mps(original: Callable) -> Callable:
@@ -121,6 +132,40 @@ def _scaler_on(args, kwargs) -> bool:
     return bool(args) and getattr(args[0], "_enabled", False)
 
 
+class _AsMps(ast.NodeTransformer):
+    """`<x>.device.type` reads "mps"; `<x>.is_mps` True, `<x>.is_cpu` / `<x>.is_cuda` False."""
+
+    def visit_Attribute(self, node):
+        if node.attr == "type" and isinstance(node.value, ast.Attribute) and node.value.attr == "device":
+            return ast.copy_location(ast.Constant("mps"), node)
+        if node.attr in ("is_mps", "is_cpu", "is_cuda"):
+            return ast.copy_location(ast.Constant(node.attr == "is_mps"), node)
+        self.generic_visit(node)
+        return node
+
+
+def _device_as_mps(original: Callable) -> Callable:
+    """The installed torch's own function, recompiled with its device tests answering as on MPS (its file and line
+    numbers kept, so the trace names it as the function that issued its calls); the original when its source is
+    not available."""
+    try:
+        lines, first = inspect.getsourcelines(original)
+    except (OSError, TypeError):
+        return original
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    ast.increment_lineno(tree, first - 1)
+    code = compile(_AsMps().visit(tree), inspect.getsourcefile(original) or "<mps>", "exec")
+    body = next(c for c in code.co_consts if isinstance(c, types.CodeType))
+    copy = types.FunctionType(body, original.__globals__, original.__name__, original.__defaults__)
+    copy.__kwdefaults__ = original.__kwdefaults__
+    return copy
+
+
+def _strided(args, kwargs) -> bool:
+    x = args[0] if args else kwargs.get("input")
+    return isinstance(x, torch.Tensor) and x.layout == torch.strided
+
+
 def _deterministic_upsample(original: Callable) -> Callable:
     """upsample_{bi,tri}linear(input, output_size, align_corners, scale_factors), as F.interpolate calls it: on
     MPS under deterministic algorithms F.interpolate calls the decomposition with the same arguments instead."""
@@ -165,16 +210,24 @@ ROWS = (
              "clip_grad_norm_/clip_grad_value_ with foreach=True: raises on MPS as the device has no foreach "
              "support", SRC_FOREACH, import_it=True),
     PyBranch("mps-interpolate-deterministic", "torch._C._nn", "upsample_bilinear2d", _deterministic_upsample,
-             "F.interpolate bilinear under torch.use_deterministic_algorithms(True): MPS runs the decomposition",
-             SRC_INTERPOLATE, import_it=True, applies=_deterministic_vec),
+             "F.interpolate bilinear under torch.use_deterministic_algorithms(True), torch 2.9+: MPS runs the "
+             "decomposition", SRC_INTERPOLATE, import_it=True, applies=_deterministic_vec, since=(2, 9)),
     PyBranch("mps-interpolate-deterministic", "torch._C._nn", "upsample_trilinear3d", _deterministic_upsample,
-             "F.interpolate trilinear under torch.use_deterministic_algorithms(True): MPS runs the decomposition",
-             SRC_INTERPOLATE, import_it=True, applies=_deterministic_vec),
+             "F.interpolate trilinear under torch.use_deterministic_algorithms(True), torch 2.9+: MPS runs the "
+             "decomposition", SRC_INTERPOLATE, import_it=True, applies=_deterministic_vec, since=(2, 9)),
     PyBranch("mps-gradscaler-unscale", "torch.amp.grad_scaler", "GradScaler.unscale_", _mps_branch,
              "GradScaler.unscale_ with the scale on MPS, in a release whose unscale_ has an MPS branch (2.8+): the "
              "inverse scale is a float32 reciprocal (the CPU trace takes the float64 one); 2.3.0-2.7.1 keep the "
              "float64 path, whose float64 rows MPS refuses", SRC_SCALER, import_it=True, applies=_scaler_on,
              question=(GRADSCALER, "unscale_"), when="mps-branch"),
+    PyBranch("mps-norm", "torch.functional", "norm", _device_as_mps,
+             "torch.norm, Tensor.norm, F.normalize on a strided tensor: MPS takes _VF.norm / _VF.frobenius_norm "
+             "(aten::norm.ScalarOpt_dim, frobenius_norm.dim) where the CPU trace takes linalg_vector_norm",
+             SRC_NORM, import_it=True, applies=_strided),
+    PyBranch("mps-norm", "torch", "norm", _device_as_mps,
+             "torch.norm, Tensor.norm, F.normalize on a strided tensor: MPS takes _VF.norm / _VF.frobenius_norm "
+             "(aten::norm.ScalarOpt_dim, frobenius_norm.dim) where the CPU trace takes linalg_vector_norm",
+             SRC_NORM, import_it=True, applies=_strided),
     *(PyBranch("mps-float32-branch", module, name, _float32_branch,
                f"{name} computes in float32 on MPS, float64 elsewhere",
                SRC_FLOAT32.format(file=where, text=text))
@@ -186,8 +239,10 @@ class Patched:
     """The ROWS' functions replaced (see the module docstring): while `enabled()`, each call of one that takes
     another branch on MPS runs the replacement, through `record(row, run)`."""
 
-    def __init__(self, record: Callable, enabled: Callable[[], bool], ask: Callable | None = None):
+    def __init__(self, record: Callable, enabled: Callable[[], bool], ask: Callable | None = None,
+                 release_at_least: Callable[[tuple[int, int]], bool] = lambda version: True):
         self.record, self.enabled, self.ask = record, enabled, ask or (lambda question: None)
+        self.release_at_least = release_at_least
         self._saved: list[tuple[object, str, object]] = []
 
     def __enter__(self) -> Patched:
@@ -207,7 +262,8 @@ class Patched:
 
     def _wrapped(self, row: PyBranch, original: Callable, replacement: Callable) -> Callable:
         def call(*args, **kwargs):
-            if not self.enabled() or not row.applies(args, kwargs):
+            if not self.enabled() or not row.applies(args, kwargs) or (
+                    row.since is not None and not self.release_at_least(row.since)):
                 return original(*args, **kwargs)
             if row.question is not None and self.ask(row.question) != row.when:
                 return original(*args, **kwargs)  # the predicted-for release runs the traced code there too

@@ -51,7 +51,7 @@ def activate(lens, ops: tuple[str, ...], spans: tuple[str, ...] = ()) -> None:
         for name in (s for s in spans if s not in ops and (op := _overload(s, None)) is not None and _cia(op)):
             for key in LENS_KEYS[:2]:
                 library.impl(name, _span_kernel(name, op), key)
-        _LIBRARY.extend((library, Patched(_steered, _rows_on, _asked).__enter__()))
+        _LIBRARY.extend((library, Patched(_steered, _rows_on, _asked, _release_at_least).__enter__()))
     _ACTIVE.append(lens)
 
 
@@ -73,6 +73,10 @@ def _asked(question):
 
 def _rows_on() -> bool:
     return bool(_ACTIVE and _ACTIVE[-1].table)
+
+
+def _release_at_least(version: tuple[int, int]) -> bool:
+    return _ACTIVE[-1].release.release_at_least(version)
 
 
 def run_composite(func, args, kwargs):

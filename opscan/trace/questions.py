@@ -4,6 +4,7 @@ A trace depends on the predicted-for release only through these questions, each 
 - does the release give op X an MPS kernel (the lens, lens.py, asks it for the row it is deciding);
 - should composite X be expanded, its callees recorded (the recorder, recorder.py, once per operator);
 - is the assumed macOS at least V (the lens's attention row);
+- is the release series at least S (a Python device branch MPS takes only from S on: branches.py `since`);
 - mixed precision (amp.py, amp_kernels.py, branches.py), answered by `amp` (opscan/knowledge/autocast.py): what
   `torch.autocast("mps", dtype=D)` does ("enabled float16", "disabled ...", "raises ..."), the AutocastMPS cast
   policy of op X ("fp32", ..., None: no rule; asked per op as the step dispatches it under autocast), and how
@@ -20,7 +21,7 @@ from typing import Callable
 
 from opscan.opkey import OpKey
 
-KERNEL, EXPAND, MACOS = "kernel", "expand", "macos-at-least"
+KERNEL, EXPAND, MACOS, RELEASE = "kernel", "expand", "macos-at-least", "release-at-least"
 AUTOCAST, AUTOCAST_OP, GRADSCALER = "autocast-mps", "autocast-op", "gradscaler-unscale"
 AMP = (AUTOCAST, AUTOCAST_OP, GRADSCALER)
 
@@ -36,8 +37,9 @@ class Questions:
     is kept in `answers`, in the order first asked."""
 
     def __init__(self, kernel_of: Callable[[OpKey], bool] | None, expand_of: Callable[[OpKey], bool] = _never,
-                 macos: tuple[int, int] = (14, 0), amp=None):
+                 macos: tuple[int, int] = (14, 0), amp=None, release: tuple[int, int] | None = None):
         self.kernel_of, self.expand_of, self.macos, self.amp = kernel_of, expand_of, tuple(macos), amp
+        self.release = None if release is None else tuple(release)  # the series; None: the installed torch's code
         self.answers: dict[tuple[str, object], object] = {}
 
     def has_kernel(self, op: OpKey) -> bool:
@@ -69,6 +71,10 @@ class Questions:
         """How GradScaler.unscale_ treats an MPS scale: "absent", "double" or "mps-branch"."""
         return self.ask((GRADSCALER, "unscale_"))
 
+    def release_at_least(self, version: tuple[int, int]) -> bool:
+        """Is the predicted-for release series `version` or newer (None: the installed code, which is)?"""
+        return self.ask((RELEASE, tuple(version)))
+
     def ask(self, question: tuple[str, object]):
         """The release's answer to `question`, kept."""
         if question not in self.answers:
@@ -86,6 +92,8 @@ class Questions:
             return self.macos >= subject
         if kind in AMP:
             return self.amp(question) if self.amp is not None else None
+        if kind == RELEASE:
+            return self.release is None or self.release >= subject
         raise ValueError(f"unknown trace question {question!r}")
 
     def asked(self) -> tuple[tuple[tuple[str, object], bool], ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from typing import Callable
 
 import torch
@@ -24,6 +25,7 @@ from opscan.opkey import OpKey
 from opscan.trace.argspec import encode as encode_args
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker, backward_module
 from opscan.trace.bookkeeping import is_bookkeeping
+from opscan.trace.frames import where
 from opscan.trace.guard import call_through
 from opscan.trace.hooks import run_composite
 from opscan.trace.records import OpCall, TensorMeta
@@ -58,6 +60,8 @@ class CallRecorder(TorchDispatchMode):
         self._params: list = []
         self.below = None  # the memory tracker, handed every call this mode passes on (its `observe`)
         self._muted = False
+        self._sites: dict[tuple, tuple] = {}  # (py chain, caller) -> itself: one tuple per calling place
+        self._parent_site: tuple = ((), None)  # the site of the last top-level call (its callees share it)
 
     def index_parameters(self, model: torch.nn.Module) -> None:
         """Remember parameter storages so optimizer calls can be attributed to their module."""
@@ -89,6 +93,8 @@ class CallRecorder(TorchDispatchMode):
             return self._decomposed(func, args, kwargs)
         args, kwargs = rewrapped(func, args, kwargs)  # a composite's wrapped scalar, come back as a number
         phase = self.phases.current()
+        # a composite's callee, re-dispatched by this mode, was issued where its composite was
+        site = self._site(sys._getframe(1)) if not self._parents else self._parent_site
         if phase == "optimizer" and self._last_phase != "optimizer":
             self._index_gradients()
         self._last_phase = phase
@@ -100,12 +106,18 @@ class CallRecorder(TorchDispatchMode):
         try:
             out, expanded = self._execute(func, op, index, args, kwargs, ins)
         except Exception as exc:  # the step may catch it ("try float16, else float32"): keep the call
-            self._store(index, op, phase, inputs, (), args, kwargs, spec, False, f"{type(exc).__name__}: {exc}")
+            self._store(index, op, phase, inputs, (), args, kwargs, spec, False, f"{type(exc).__name__}: {exc}", site)
             raise
         on_host = bool(inputs) and all(t.host for t in inputs)
         outputs = tuple(describe(t, self.storages, on_host) for t in tensors_in(out))
-        self._store(index, op, phase, inputs, outputs, args, kwargs, spec, expanded, None)
+        self._store(index, op, phase, inputs, outputs, args, kwargs, spec, expanded, None, site)
         return out
+
+    def _site(self, frame) -> tuple:
+        """(py chain, caller) of a call, interned: calls from one place share one tuple."""
+        chain, caller = where(frame)
+        self._parent_site = self._sites.setdefault((chain, caller), (chain, caller))
+        return self._parent_site
 
     def note_call(self, op: OpKey, raised: str, args=(), kwargs=None) -> None:
         """Record a call this mode did not see as one that raised `raised`, in the current phase and module: a
@@ -114,8 +126,9 @@ class CallRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         self.calls.append(None)
         spec = encode_args(args, kwargs) if args or kwargs else None
+        site = self._site(sys._getframe(1))
         self._store(len(self.calls) - 1, op, self.phases.current(), self._metas(tensors_in(args, kwargs)), (), args,
-                    kwargs, spec, False, raised)
+                    kwargs, spec, False, raised, site)
 
     @contextlib.contextmanager
     def muted(self):
@@ -126,7 +139,7 @@ class CallRecorder(TorchDispatchMode):
         finally:
             self._muted = False
 
-    def _store(self, index, op, phase, inputs, outputs, args, kwargs, spec, expanded, raised) -> None:
+    def _store(self, index, op, phase, inputs, outputs, args, kwargs, spec, expanded, raised, site=((), None)) -> None:
         module, how = self._module(phase, inputs)
         if how == "parameter" and phase == "optimizer":
             for t in outputs:  # optimizer state made from a parameter belongs to its module
@@ -136,7 +149,7 @@ class CallRecorder(TorchDispatchMode):
         self.calls[index] = OpCall(
             index, op, phase, module, inputs, outputs, is_bookkeeping(op),
             self.fx_node if phase == "forward" else None, how, _current_node(),
-            self._parents[-1] if self._parents else None, expanded, attrs, spec, raised)
+            self._parents[-1] if self._parents else None, expanded, attrs, spec, raised, site[0], site[1])
 
     def _through(self, func, args, kwargs, ins=None):
         """The call as the modes below (the memory tracker, a fake mode) and the kernels run it."""

@@ -72,6 +72,10 @@ class OpCall:
     attrs: tuple = ()  # positional then keyword arguments, JSON-safe; tensors as "<tensor>"
     args_spec: dict | None = None  # replayable arguments (trace/argspec.py), for measured mode
     raised: str | None = None  # "ExcType: message" when the call raised (and the step caught it)
+    # the torch Python functions that issued it, innermost first ("torch/optim/adam.py:_single_tensor_adam", ...,
+    # up to the one the step's code called); () when none did (the autograd engine, the step calling an op directly)
+    py: tuple[str, ...] = ()
+    caller: tuple[str, int] | None = None  # the first frame outside torch and opscan: (file, line) (trace/frames.py)
 
     @property
     def dtypes(self) -> tuple[str, ...]:

@@ -111,10 +111,12 @@ def scan_releases(options, releases: tuple[str, ...] | None = None, ctx=None) ->
 
 def _serving(traced: list, kb) -> int | None:
     """The index of the first trace made so far that `kb`'s release would make identically, else None."""
+    from opscan.opkey import Release
     from opscan.predict.calls import amp_of, has_mps_kernel, should_expand
     from opscan.trace.questions import Questions, answers_equal
 
-    release = Questions(has_mps_kernel(kb), should_expand(kb), kb.macos, amp_of(kb))
+    release = Questions(has_mps_kernel(kb), should_expand(kb), kb.macos, amp_of(kb),
+                        Release.parse(kb.release).series_key)
     return next((i for i, (prepared, _) in enumerate(traced) if answers_equal(prepared.trace.asked, release)), None)
 
 

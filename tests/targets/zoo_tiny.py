@@ -11,9 +11,16 @@ import torch
 from torch import nn
 
 
+class Roll(nn.Module):
+    """torch.roll by one along the last dimension (its backward rolls back: the same op)."""
+
+    def forward(self, x):
+        return x.roll(1, -1)
+
+
 def mlp(width: int = 4):
-    """Linear-ReLU-Linear trained with AdamW: every op has an MPS kernel from 2.1.0 on (see the test)."""
-    return nn.Sequential(nn.Linear(8, width), nn.ReLU(), nn.Linear(width, 2)), torch.randn(2, 8)
+    """Linear-ReLU-roll-Linear trained with AdamW: every op has an MPS kernel from 2.1.0 on (see the test)."""
+    return nn.Sequential(nn.Linear(8, width), nn.ReLU(), Roll(), nn.Linear(width, 2)), torch.randn(2, 8)
 
 
 def broken():
