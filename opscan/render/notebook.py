@@ -19,6 +19,11 @@ from opscan.report import Report
 
 SCOPE = "opscan-report"  # the class of the fragment's box; every rule of its stylesheet is scoped to it
 _PAGE_LEVEL = {":root", "body", "html"}
+# the box's own frame, and its headings and text kept from the notebook's styles (a notebook styles h2, table, ...)
+OWN_STYLE = """
+body { border: 1px solid #d8dde3; border-radius: 6px; }
+h1, h2, h3, p, li, td, th, summary { color: #1d232a; font-family: inherit; }
+"""
 
 
 def scoped_css(css: str, scope: str = SCOPE) -> str:
@@ -39,7 +44,7 @@ def notebook_html(report: Report) -> str:
     header, summary, findings = html_sections(report, ("header", "summary", "findings"))
     ops = html_sections(report, ("ops",), filter_box=False)[0]
     return (f'<div class="{SCOPE}" data-lane="{escape(report.lane.name)}" data-findings="{len(report.findings)}">'
-            f"<style>{scoped_css(STYLE)}\n.{SCOPE} {{ border: 1px solid #d8dde3; border-radius: 6px; }}</style>"
+            f"<style>{scoped_css(STYLE + OWN_STYLE)}</style>"
             f"{header}{summary}{findings}<section><details><summary>All {len(report.rows)} rows</summary>{ops}"
             "</details></section></div>")
 
