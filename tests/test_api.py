@@ -234,6 +234,21 @@ def test_bad_arguments_are_one_line_target_errors():
         opscan.analyze(model, torch.randn(3, 4), inference=True, train_step=lambda m, o, i: None)
 
 
+class Exits(nn.Module):
+    def forward(self, x):
+        raise SystemExit(3)
+
+
+def test_sys_exit_in_the_model_and_an_unknown_release_are_errors_not_the_end_of_the_kernel():
+    from opscan.knowledge.loader import KnowledgeError
+    from opscan.target.user_code import TargetExit
+
+    with pytest.raises(TargetExit, match=r"the target called sys.exit\(3\) in forward"):
+        opscan.analyze(Exits(), torch.randn(2, 2), inference=True, memory=False)
+    with pytest.raises(KnowledgeError):
+        opscan.analyze(nn.Linear(2, 2), torch.randn(2, 2), torch_version="1.0.0")
+
+
 # --- the CLI's stages ------------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
