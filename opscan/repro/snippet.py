@@ -18,17 +18,19 @@ import base64
 import struct
 import zlib
 
+from opscan.probe.comparison import FALLBACK_WARNING
 from opscan.repro.public_calls import spelling
 from opscan.repro.section import TORCH_NAMESPACES
 
 MAX_LINES = 15
 NAMES = "xyzuvw"
 FLOATING = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64"}
-COMPLEX = {"complex32", "complex64", "complex128"}
+_COMPLEX = {"complex32", "complex64", "complex128"}
 PACKED = {"int64": "q", "int32": "i", "int16": "h", "int8": "b", "uint8": "B", "bool": "?", "float64": "d",
           "float32": "f", "float16": "e"}
 INLINE_VALUES = 12  # integer tensors of at most this many recorded values are written out
-FALLBACK_WARNING = ".*fall back to run on the CPU"  # PyTorch's MPSFallback warning (probe/comparison.py)
+# PyTorch's CPU-fallback warning, as probe/comparison.py recognises it (its tail: no quote or group to escape)
+FALLBACK_TAIL = ".*" + FALLBACK_WARNING.pattern.rpartition(" and ")[2]
 
 
 def snippet_text(call: dict, device: str = "mps") -> str | None:
@@ -66,7 +68,7 @@ def _lines(tensors: list[tuple[str, str]], names: list[str], expr: str, uses_f: 
            check: list[str], pack: bool, device: str) -> list[str]:
     imports = "import sys, warnings, torch" + (", torch.nn.functional as F" if uses_f else "")
     head = [imports, f'device = sys.argv[1] if len(sys.argv) > 1 else "{device}"',
-            f'warnings.filterwarnings("error", "{FALLBACK_WARNING}")  # PyTorch\'s CPU-fallback warning raises',
+            f'warnings.filterwarnings("error", "{FALLBACK_TAIL}")  # PyTorch\'s CPU-fallback warning raises',
             *check, "torch.manual_seed(0)"]
     built = [f"{n} = {t}" + (f"  # the step's had strides {note}" if note else "") for n, (t, note) in
              zip(names, tensors)]
@@ -147,7 +149,7 @@ def _tensor(i: int, spec: dict, inline: dict | None) -> tuple[str, str] | None:
         kind = "rand" if positive else "randn"
         suffix = "" if dtype == "float32" else f", dtype=torch.{dtype}"
         return f"torch.{kind}({size}{suffix})", note
-    if dtype in COMPLEX:
+    if dtype in _COMPLEX:
         return f"torch.randn({size}, dtype=torch.{dtype})", note
     if dtype not in PACKED:
         return None
