@@ -114,14 +114,17 @@ def snapshot(*objects) -> tuple:
         elif hasattr(obj, "__dict__"):
             found["."] = {k: id(v) for k, v in vars(obj).items()}
         return found
-    return (plain(objects), [identities(o) for o in objects], torch.get_rng_state().tolist(), random.getstate())
+    import numpy
+
+    return (plain(objects), [identities(o) for o in objects], torch.get_rng_state().tolist(),
+            (random.getstate(), numpy.random.get_state()[1].tolist()))
 
 
 def assert_untouched(before, *objects):
     after = snapshot(*objects)
     assert after[1] == before[1], "an attribute now holds another object"
     assert after[2] == before[2], "torch's RNG state changed"
-    assert after[3] == before[3], "Python's random state changed"
+    assert after[3] == before[3], "Python's or NumPy's random state changed"
     assert after[0] == before[0], differences(before[0], after[0])[:5]
 
 

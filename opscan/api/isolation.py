@@ -13,8 +13,8 @@ in memory while the scan runs.
 What a copy cannot cover — a hook or closure that reaches the caller's objects directly — is caught after the scan:
 `Fingerprint` records, cheaply, the identity and version counter of every parameter, buffer, gradient and optimizer
 state tensor, the attributes of every module and the optimizer's hyperparameters, and `changed()` names what
-differs. The global random states (torch's CPU generator, Python's `random`, NumPy's when imported) are put back
-(`kept_random_state`).
+differs. The global random states (torch's CPU generator and CUDA's, Python's `random`, NumPy's when imported) are
+put back (`kept_random_state`).
 """
 
 from __future__ import annotations
@@ -145,13 +145,15 @@ def _plain(value):
 
 @contextlib.contextmanager
 def kept_random_state():
-    """Run the block and put torch's CPU generator, Python's `random` and NumPy's global state back after it."""
+    """Run the block and put torch's CPU generator (and CUDA's, once initialised), Python's `random` and NumPy's
+    global state back after it."""
     import torch
 
     numpy = sys.modules.get("numpy")
     py_state = random.getstate()
     np_state = numpy.random.get_state() if numpy is not None else None
-    with torch.random.fork_rng(devices=[]):
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []  # the trace seeds them too
+    with torch.random.fork_rng(devices=cuda):
         try:
             yield
         finally:
