@@ -276,6 +276,19 @@ def test_analyze_gives_the_rows_and_lane_of_the_cli(tricky):
     assert analyzed.model == "opscan.analyze(Tricky)" and analyzed.model_name == "Tricky"
 
 
+def test_analyze_measures_in_probe_workers_when_given_a_device():
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import tricky as module
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    model, inputs = module.build_model()
+    report = opscan.analyze(model, inputs, device="cpu", memory=False)
+    assert report.measurement["device"] == "cpu" and report.mode == "predicted"  # cpu never stands in for MPS
+    take = next(r for r in report.ops if r.op.display == "aten::take")
+    assert take.verdict == Verdict.UNSUPPORTED and take.measured["verdict"] == "native"  # the CPU has take
+
+
 def test_the_report_names_follow_the_report_json(tricky):
     report, _ = tricky
     data = json.loads(report.to_json())
