@@ -56,7 +56,6 @@ def prepare(options: ScanOptions, ctx=None) -> Prepared:
     """Load the knowledge base and the target, trace the step, and build its MPS view (`ctx`: the run's
     RunContext, target/run.py; a fresh one when None)."""
     from opscan.knowledge import load_knowledge
-    from opscan.mps_view import mps_view
     from opscan.target.inputs import parse_input
     from opscan.target.load import load_target
 
@@ -64,6 +63,14 @@ def prepare(options: ScanOptions, ctx=None) -> Prepared:
                         chip=options.chip)
     inputs = [parse_input(t) for t in options.inputs]
     target = load_target(options.target, options.args, inputs, _fake_choice(options), ctx)
+    return prepare_loaded(target, options, kb, ctx)
+
+
+def prepare_loaded(target, options: ScanOptions, kb, ctx=None) -> Prepared:
+    """prepare() for a target already loaded (target.load.Target; opscan.api builds one from objects in memory):
+    trace its step against `kb` and build the MPS view."""
+    from opscan.mps_view import mps_view
+
     trace, tracker = _trace(target, options, kb, ctx, options.memory)
     return Prepared(kb, target, trace, mps_view(trace), tracker)
 

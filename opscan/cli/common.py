@@ -193,9 +193,10 @@ def degraded(report, fmt: str, text: str) -> str:
 
 
 def write_reports(ctx: RunContext, report, out_dir: Path, real_outputs: dict | None = None,
-                  device: str = "mps") -> None:
+                  device: str = "mps", keep_paths: bool = False) -> None:
     """report.json/yaml/html, the GraphML files and repro/ (scripts for `device`; each ISSUE.md shows the real
-    outputs, keyed by probe id, when given: `opscan merge`) — all written whole, or none."""
+    outputs, keyed by probe id, when given: `opscan merge`; paths redacted unless `keep_paths`) — all written
+    whole, or none."""
     from opscan.render import render_html, render_json, render_yaml
     from opscan.render.graphml import GRAPHML_FILES
 
@@ -208,7 +209,7 @@ def write_reports(ctx: RunContext, report, out_dir: Path, real_outputs: dict | N
     if report.repro is not None:
         from opscan.repro import render_files
 
-        rendered = render_files(report.to_dict(), device=device, real_outputs=real_outputs)
+        rendered = render_files(report.to_dict(), device=device, real_outputs=real_outputs, keep_paths=keep_paths)
         repro = {inside(out_dir, rel): text for rel, text in rendered.items()}
     stale = stale_repro(out_dir, set(repro))
     write_whole(ctx, {**files, **repro}, tuple(p for p in repro if p.suffix == ".py"))

@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the scripts' default device, and where --minimize probes (default mps)")
     p.add_argument("-o", "--output-dir", metavar="DIR", help="where repro/ goes (default: the report's folder)")
     p.add_argument("--minimize", action="store_true", help="shrink the failing call's sizes to the boundary")
+    p.add_argument("--keep-paths", action="store_true",
+                   help="keep absolute paths and user names in the files (default: file names relative to the "
+                        "project, home folders as ~: they are meant for a public tracker)")
     p.add_argument("--probe-timeout", type=seconds, default=60.0, metavar="S",
                    help="limit per probe, seconds above zero (60 s)")
     return p
@@ -59,18 +62,19 @@ def _run(args: argparse.Namespace, ctx: RunContext) -> int:
         findings, lines, code = _minimized(findings, args.device, args.probe_timeout)
         emit(ctx, "".join(line + "\n" for line in lines))
     out_dir = Path(args.output_dir) if args.output_dir else Path(args.report).resolve().parent
-    written = write_under(ctx, out_dir, _rendered(args.report, report, op, findings, args.device))
+    written = write_under(ctx, out_dir, _rendered(args.report, report, op, findings, args.device, args.keep_paths))
     emit(ctx, "".join(f"{p}\n" for p in written))
     return code
 
 
-def _rendered(path: str, report: dict, op: str, findings: list[dict], device: str) -> dict[str, str]:
+def _rendered(path: str, report: dict, op: str, findings: list[dict], device: str,
+              keep_paths: bool = False) -> dict[str, str]:
     """The op's files; a report whose repro section has the right shape but not the content a scan writes
     (edited, or from another opscan) fails here as data, not as a bug."""
     from opscan.repro import ReproError, render_op
 
     try:
-        return render_op(report, op, findings, device)
+        return render_op(report, op, findings, device, keep_paths=keep_paths)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         raise ReproError(f"{path!r}: the repro section of {op} is malformed ({type(exc).__name__}: {exc}) — pass a "
                          "report.json a scan with --repro wrote, unedited (if it is one, please report this)") from None

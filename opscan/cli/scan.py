@@ -37,7 +37,7 @@ def _run(args: argparse.Namespace, ctx: RunContext) -> int:
     with collector.spared():  # the report's objects outlive the writing too (trace/collector.py)
         report = _scan(args, ctx)
         out_dir = output_folder(ctx, args, report.model_name)
-        write_reports(ctx, report, out_dir)
+        write_reports(ctx, report, out_dir, keep_paths=args.keep_paths)
         emit(ctx, render(ctx, report, args, baseline))
         return exit_code(report, args.fail_on, baseline)
 

@@ -23,8 +23,7 @@ from opscan.verdict import Verdict
 
 def render_html(report: Report, **_) -> str:
     """The report as one HTML page."""
-    body = [_header(report), _summary(report), _findings(report), _transfers(report), _tree(report),
-            _ops(report), _memory(report), _environment(report)]
+    body = html_sections(report, tuple(PAGE_SECTIONS))
     return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>opscan · {escape(report.model_name)}</title><script>{ERROR_HOOK}</script>"
@@ -32,6 +31,13 @@ def render_html(report: Report, **_) -> str:
             + "\n".join(p for p in body if p)
             + '\n<section><ul id="opscan-errors"></ul></section>'
             + f"\n<script>{PAGE_SCRIPT}</script></body></html>\n")
+
+
+def html_sections(report: Report, names: tuple[str, ...], filter_box: bool = True) -> list[str]:
+    """The page's sections `names` (keys of PAGE_SECTIONS, in that order), each an HTML string ("" when the report has
+    nothing for it): the page and the notebook view (render/notebook.py) share them. `filter_box`: the op table's
+    filter field (it needs the page's script)."""
+    return [_ops(report, filter_box) if name == "ops" else PAGE_SECTIONS[name](report) for name in names]
 
 
 def _v(verdict: str) -> str:
@@ -182,7 +188,7 @@ def _prefixes(module: str):
         yield ".".join(parts[:i])
 
 
-def _ops(report: Report) -> str:
+def _ops(report: Report, filter_box: bool = True) -> str:
     rows = sorted(enumerate(report.rows), key=lambda ir: (-ir[1].verdict.rank, ir[0]))
     body = "".join(
         f"<tr><td>{escape(r.op.display)}</td><td><code>{escape(signature_text(r.dtypes))}</code></td>"
@@ -191,8 +197,8 @@ def _ops(report: Report) -> str:
         f"<td>{escape(r.evidence.text)}<br><span class=\"small\">{escape(r.evidence.rule)} · "
         f"{escape(r.evidence.source)}</span></td><td>{escape(r.remedy or '')}</td>"
         f"<td>{escape(r.since or '')}</td></tr>" for _, r in rows)
-    return (f'<section id="ops"><h2>Operators ({len(report.rows)} rows)</h2>'
-            f'<input id="op-filter" type="search" placeholder="filter rows" aria-label="filter rows">'
+    box = '<input id="op-filter" type="search" placeholder="filter rows" aria-label="filter rows">' * filter_box
+    return (f'<section id="ops"><h2>Operators ({len(report.rows)} rows)</h2>{box}'
             f"<table><thead><tr><th>op</th><th>dtypes</th><th>verdict</th><th>calls</th><th>phases</th>"
             f"<th>modules</th><th>evidence</th><th>remedy</th><th>native since</th></tr></thead>"
             f"<tbody>{body}</tbody></table></section>")
@@ -215,3 +221,8 @@ def _kv(data: dict) -> str:
     rows = "".join(f"<tr><th>{escape(str(k))}</th><td>{escape(v if isinstance(v, str) else json.dumps(v))}</td></tr>"
                    for k, v in data.items())
     return f"<table>{rows}</table>"
+
+
+# the page's sections in page order (the op table through html_sections, which passes its filter choice)
+PAGE_SECTIONS = {"header": _header, "summary": _summary, "findings": _findings, "transfers": _transfers,
+            "modules": _tree, "ops": _ops, "memory": _memory, "environment": _environment}

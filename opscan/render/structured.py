@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import yaml
 
 from opscan.report import Report
@@ -11,7 +9,7 @@ from opscan.report import Report
 
 def render_json(report: Report, **_) -> str:
     """The report as indented JSON (schema v2)."""
-    return json.dumps(report.to_dict(), indent=2) + "\n"
+    return report.to_json(indent=2) + "\n"
 
 
 def render_yaml(report: Report, ascii_only: bool = False, **_) -> str:

@@ -9,6 +9,7 @@ assemble.py builds the Report from a scan's stages (opscan/scan.py calls it).
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -106,6 +107,21 @@ class Report:
             out[row.verdict.value]["ops"] += 1
             out[row.verdict.value]["calls"] += row.calls
         return out
+
+    @property
+    def ops(self) -> tuple[Row, ...]:
+        """The rows, as the report JSON names them (`ops`): one per (OpKey, input-dtype signature), in step order."""
+        return self.rows
+
+    @property
+    def findings(self) -> tuple[Row, ...]:
+        """The rows whose verdict ranks above native, most severe first (ties in step order): what the console
+        and the HTML list as findings."""
+        return tuple(sorted((r for r in self.rows if r.verdict.rank > 0), key=lambda r: -r.verdict.rank))
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """The report JSON (schema v2) as text: `json.loads(report.to_json()) == report.to_dict()`."""
+        return json.dumps(self.to_dict(), indent=indent)
 
     def worst(self) -> Verdict:
         """The most severe verdict among the rows (native when there are none)."""

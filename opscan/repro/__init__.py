@@ -2,7 +2,9 @@
 
 - section.py: the report's `repro` section (built at scan time: what the scripts need, from report.json alone);
 - script.py + runtime.py: one script per call (data through repr, then the runtime verbatim);
-- issue.py: ISSUE.md per failing OpKey, in the shape of PyTorch's bug template;
+- issue.py: ISSUE.md per failing OpKey, in the shape of PyTorch's bug template, led by snippet.py's minimal
+  snippet (public_calls.py: the public call of an aten op), the full script attached beside it;
+- redact.py: paths and user names out of the files (file names relative to the project; --keep-paths keeps them);
 - minimize.py: shrink a shape-dependent failure to its boundary in the real probe worker;
 - opscan/cli/repro.py: `opscan repro REPORT OP`.
 
@@ -39,24 +41,30 @@ def findings_by_op(report: dict) -> dict[str, list[dict]]:
     return grouped
 
 
-def render_files(report: dict, device: str = "mps", real_outputs: dict | None = None) -> dict[str, str]:
+def render_files(report: dict, device: str = "mps", real_outputs: dict | None = None,
+                 keep_paths: bool = False) -> dict[str, str]:
     """Relative path (under "repro/") -> file text, for every finding of a report dict (report.json's content):
     `repro/<op>/repro_N.py` per replayable call and `repro/<op>/ISSUE.md` per OpKey. `real_outputs` maps a
     CALL's probe id (the repro section's `findings[].calls[].probe.id`) to {"device", "exit_code", "output",
     "environment"} from running that call's script on the real device: ISSUE.md shows it only under the script
-    of the call with that id, whatever number the script has. Pure and deterministic."""
+    of the call with that id, whatever number the script has. Paths and user names are redacted (redact.py)
+    unless `keep_paths`. Deterministic on one machine (the redaction reads its home folder and project files)."""
     out: dict[str, str] = {}
     for op, findings in findings_by_op(report).items():
-        out.update(render_op(report, op, findings, device, real_outputs))
+        out.update(render_op(report, op, findings, device, real_outputs, keep_paths))
     return out
 
 
 def render_op(report: dict, op: str, findings: list[dict], device: str = "mps",
-              real_outputs: dict | None = None) -> dict[str, str]:
+              real_outputs: dict | None = None, keep_paths: bool = False) -> dict[str, str]:
     """The files of one OpKey's findings (see render_files)."""
     from opscan.repro.issue import issue_text
+    from opscan.repro.redact import redaction_for
     from opscan.repro.script import script_text
 
+    if not keep_paths:
+        redaction = redaction_for(report)
+        report, findings, real_outputs = (redaction.apply(x) for x in (report, findings, real_outputs))
     folder = f"repro/{folder_of(op)}"
     scripts: list[tuple[str, str, dict]] = []
     for finding in findings:
