@@ -18,7 +18,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = yaml.safe_load((ROOT / "bench" / "zoo.yaml").read_text(encoding="utf-8"))
 KEYS = {"source", "target", "args", "inputs", "mode", "why", "dtype", "torch_version", "lane", "non_native",
-        "known_wrong"}
+        "known_wrong", "domain", "expected_before_run", "expectation_fixed", "known_wrong_rows", "known_missed_rows"}
+LANES = ("mac-first", "dual-track", "linux-gpu-first")
 
 
 def _zoo():
@@ -32,16 +33,36 @@ def _zoo():
 def test_the_manifest_has_forty_real_architectures_in_a_reusable_shape():
     models = MANIFEST["models"]
     assert len(models) >= 40
-    assert {e["source"] for e in models.values()} == {"torchvision", "timm", "transformers", "torch"}
+    assert {e["source"] for e in models.values()} == {"torchvision", "timm", "transformers", "torch", "torch_geometric",
+                                                      "e3nn", "torchdiffeq", "gpytorch", "zuko", "diffusers"}
     for name, entry in models.items():
         assert set(entry) <= KEYS, name
         entry = {**MANIFEST["defaults"], **entry}
         assert entry["mode"] in ("train", "inference") and (entry["mode"] == "train" or entry.get("why")), name
-        assert entry["lane"] in ("mac-first", "dual-track", "linux-gpu-first"), name
+        assert entry["lane"] in LANES, name
         for key in entry.get("non_native", []):
             assert key in MANIFEST["reasons"], (name, key)  # every expected non-native row has its reason
         options = _zoo().options_of(entry)
         assert options.target and options.memory is False
+
+
+def test_issue_25_domains_carry_their_expectation_at_2_14_1_and_before_2_5():
+    # issue 25: at least 30 models from domains the zoo lacked, each with the lane and rows written before opscan
+    # first ran on it (with their sources), scanned at 2.14.1 and at a release before 2.5
+    models = MANIFEST["models"]
+    new = {name: e for name, e in models.items() if "domain" in e}
+    assert len({e["target"] + repr(e.get("args")) for e in new.values()}) >= 30
+    assert len({e["domain"] for e in new.values()}) >= 10
+    for name, entry in new.items():
+        before = entry["expected_before_run"]
+        assert before["lane"] in LANES and before["why"].strip(), name
+        assert all(key in MANIFEST["reasons"] for key in before["non_native"]), name
+        truth = ({**MANIFEST["defaults"], **entry}["lane"], sorted(entry.get("non_native", [])))
+        assert truth == (before["lane"], sorted(before["non_native"])) or entry.get("expectation_fixed"), name
+        for noted in ("known_wrong_rows", "known_missed_rows"):
+            assert all(why.strip() for why in entry.get(noted, {}).values()), (name, noted)
+    releases = {e.get("torch_version") for e in new.values()}
+    assert None in releases and any(r and tuple(map(int, r.split("."))) < (2, 5) for r in releases)
 
 
 def test_the_issue_names_every_model_it_asks_for():
