@@ -98,3 +98,22 @@ def test_the_2_3_0_attention_model_shows_no_cpu_flash_kernel():
     # _safe_softmax (the installed torch's math attention) is judged as the _softmax 2.3.0 ran (facts.yaml
     # earlier_paths, pytorch/pytorch#131844): every row native, as BERT on torch 2.3.0 runs on MPS
     assert result.non_native == [] and result.problems == [] and result.lane == "mac-first"
+
+
+def test_a_dtype_the_release_lacks_is_refused_by_views_and_copies_too():
+    # issue 25's zoo: fno1d (a Fourier neural operator, complex64 spectral weights) predicted for torch 2.4.0 at its
+    # minimum macOS 12.3, where MPS has no complex64 ('MPS complex types are only supported on MacOS 14.0 or
+    # newer', facts.yaml dtype_limits). The metadata-only views (slice, transpose, _conj...) and copy_ of those
+    # tensors were native (rules composite-metadata, mps-copy skipped the release's dtype limits): every row
+    # with complex64 input is unsupported_dtype, and at macOS 14.0 no row is refused for the dtype
+    entry = {**MANIFEST["defaults"], **MANIFEST["models"]["fno1d_for_2_4_0"]}
+    from opscan.scan import scan
+
+    options = _zoo().options_of(entry)
+    complex_rows = [r for r in scan(options).rows if "complex64" in r.dtypes]
+    assert {"aten::copy_", "aten::slice.Tensor", "aten::_conj"} <= {r.op.display for r in complex_rows}
+    assert all((r.verdict.value, r.evidence.rule) == ("unsupported_dtype", "dtype-release") for r in complex_rows)
+    from dataclasses import replace
+
+    on_14 = scan(replace(options, macos="14.0")).rows
+    assert not [r for r in on_14 if r.evidence.rule == "dtype-release"]

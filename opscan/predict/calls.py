@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from opscan.predict.runtime_checks import call_args, needs_args, note_from_shapes
 from opscan.predict.dtype_rules import NO_MPS_DTYPES
+from opscan.knowledge.common_mps import parse_macos
 from opscan.predict.rules import predict_op
 from opscan.knowledge import Knowledge
 from opscan.mps_view import BRANCHED_COMPOSITES, COPY, SRC_COPY, MpsCall
@@ -49,14 +50,14 @@ def predict_call(call: MpsCall, kb: Knowledge, cache: dict) -> Classification:
 
 
 def _classify(call: MpsCall, kb: Knowledge, note, args=None) -> Classification:
-    if call.callees == () and not _wide(call.dtypes):
+    if call.callees == () and not _wide(call.dtypes, kb):
         return Classification(Verdict.NATIVE, Evidence(
             "composite-metadata",
             f"{call.op} is composite and dispatches no other op (a view, or checked on CPU and meta "
             f"tensors): it only builds tensor metadata, no kernel runs (torch {kb.release})",
             kb.yaml_source,
         ))
-    if call.rule == "mps-copy" and not _wide(call.dtypes):
+    if call.rule == "mps-copy" and not _wide(call.dtypes, kb):
         return Classification(Verdict.NATIVE, Evidence(
             "mps-copy", f"copy_ into or out of an MPS tensor runs MPS's own copy (torch {kb.release})", SRC_COPY))
     found = predict_op(call.op, call.dtypes, kb, callees=call.callees or None, args_note=note, cpu_op=call.cpu_op,
@@ -68,8 +69,12 @@ def _classify(call: MpsCall, kb: Knowledge, note, args=None) -> Classification:
     return found
 
 
-def _wide(dtypes) -> bool:
-    return any(d in NO_MPS_DTYPES for d in dtypes)
+def _wide(dtypes, kb: Knowledge) -> bool:
+    """A dtype MPS lacks for this call: float64/complex128 always, or one the release lacks (at the assumed macOS,
+    facts.yaml dtype_limits), so no view or copy of it exists either: predict_op's dtype rules decide."""
+    lacking = {limit.dtype for limit in kb.facts.dtype_limits
+               if limit.min_macos is None or kb.macos < parse_macos(limit.min_macos)}
+    return any(d in NO_MPS_DTYPES or d in lacking for d in dtypes)
 
 
 def decided_by(classification: Classification) -> str:
