@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Categorical, Independent, Normal, TransformedDistribution
 from torch.distributions.transforms import TanhTransform
+from torchvision.ops import (DeformConv2d, FeaturePyramidNetwork, batched_nms, box_convert, generalized_box_iou_loss,
+                             roi_align, sigmoid_focal_loss)
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -272,8 +274,6 @@ class _RoIHead(nn.Module):
         self.cls, self.box = nn.Linear(64, classes), nn.Linear(64, 4 * classes)
 
     def forward(self, images, rois, labels, targets):
-        from torchvision.ops import roi_align
-
         feats = roi_align(self.backbone(images), rois, output_size=7, spatial_scale=0.25, sampling_ratio=2,
                           aligned=True)
         h = self.fc(feats)
@@ -296,8 +296,6 @@ class _DeformHead(nn.Module):
 
     def __init__(self, classes=3):
         super().__init__()
-        from torchvision.ops import DeformConv2d
-
         self.stem = nn.Conv2d(3, 8, 3, padding=1)
         self.offset = nn.Conv2d(8, 2 * 3 * 3, 3, padding=1)
         self.deform = DeformConv2d(8, 8, 3, padding=1)
@@ -320,15 +318,11 @@ class _FPNFocal(nn.Module):
 
     def __init__(self, classes=3):
         super().__init__()
-        from torchvision.ops import FeaturePyramidNetwork
-
         self.c3, self.c4 = nn.Conv2d(3, 16, 3, 4, 1), nn.Conv2d(16, 32, 3, 2, 1)
         self.fpn = FeaturePyramidNetwork([16, 32], 16)
         self.cls, self.reg = nn.Conv2d(16, classes, 3, padding=1), nn.Conv2d(16, 4, 3, padding=1)
 
     def forward(self, images, cls_targets, boxes):
-        from torchvision.ops import generalized_box_iou_loss, sigmoid_focal_loss
-
         c3 = F.relu(self.c3(images))
         p3 = self.fpn({"c3": c3, "c4": F.relu(self.c4(c3))})["c3"]
         loss = sigmoid_focal_loss(self.cls(p3), cls_targets, reduction="mean")
@@ -354,8 +348,6 @@ class _Detector(nn.Module):
         self.head = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU(), nn.Conv2d(16, 4 + classes, 1))
 
     def forward(self, images):
-        from torchvision.ops import batched_nms, box_convert
-
         out = self.head(images).flatten(2).transpose(1, 2)[0]  # (HW, 4 + classes)
         boxes = box_convert(out[:, :4].sigmoid() * 64, "cxcywh", "xyxy")
         scores, labels = out[:, 4:].softmax(-1).max(-1)
