@@ -158,7 +158,7 @@ def markdown(results: list[Result], reasons: dict[str, str]) -> str:
         rows = ", ".join(f"`{k}`" for k in r.non_native) or "—"
         lines.append(f"| {r.name} | {e.get('domain', '')} | {e.get('source', '')} | {step} | {r.seconds:.1f} | "
                      f"{r.rows} | {r.unknown} | {len(r.non_native)} | {lane} | {r.expectation or '—'} | {rows} |")
-    used = sorted({k for r in results for k in r.non_native} - {k for r in results for k in _noted(r.entry)})
+    used = sorted({k for r in results for k in r.non_native if k not in _noted(r.entry)})
     lines += ["", "Why each non-native row is true (rule and source):", ""]
     lines += [f"- `{k}`: {reasons.get(k, '**UNEXPLAINED**')}" for k in used]
     return "\n".join(lines + _known_wrong(results) + _corrected(results))
