@@ -10,8 +10,9 @@ non-native rows and the predicted lane, and checks them against what the manifes
   reason why the row is true, with its source;
 - `known_wrong`: set on an entry whose predicted lane is known to be wrong (the reason says why); its lane
   check is reported, not counted. `known_wrong_rows` / `known_missed_rows` ("op verdict" -> why): rows opscan
-  predicts that are not true, and true rows it does not predict, each naming the pending fix; they are reported,
-  not counted, and a noted row that the run no longer gets wrong is listed (`zoo_known_wrong_fixed`);
+  predicts that are not true, and true rows (in `non_native` like every true row) it does not predict, each
+  naming the pending fix; they are reported, not counted, and a noted row that the run no longer gets wrong is
+  listed (`zoo_known_wrong_fixed`);
 - `domain`, `expected_before_run` ({lane, non_native, why}: what was written, with its sources, before opscan
   first ran on the model) and `expectation_fixed` (why the settled `lane`/`non_native` differ from it): issue
   25's record of expectation against result, shown in the table's "expected before run" column.

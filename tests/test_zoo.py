@@ -61,6 +61,8 @@ def test_issue_25_domains_carry_their_expectation_at_2_14_1_and_before_2_5():
         assert truth == (before["lane"], sorted(before["non_native"])) or entry.get("expectation_fixed"), name
         for noted in ("known_wrong_rows", "known_missed_rows"):
             assert all(why.strip() for why in entry.get(noted, {}).values()), (name, noted)
+        true = set(entry.get("non_native", []))
+        assert set(entry.get("known_missed_rows", {})) <= true and not set(entry.get("known_wrong_rows", {})) & true
     releases = {e.get("torch_version") for e in new.values()}
     assert None in releases and any(r and tuple(map(int, r.split("."))) < (2, 5) for r in releases)
 
@@ -100,6 +102,7 @@ def test_the_2_3_0_attention_model_shows_no_cpu_flash_kernel():
     assert result.non_native == [] and result.problems == [] and result.lane == "mac-first"
 
 
+@pytest.mark.slow
 def test_a_dtype_the_release_lacks_is_refused_by_views_and_copies_too():
     # issue 25's zoo: fno1d (a Fourier neural operator, complex64 spectral weights) predicted for torch 2.4.0 at its
     # minimum macOS 12.3, where MPS has no complex64 ('MPS complex types are only supported on MacOS 14.0 or
@@ -117,3 +120,23 @@ def test_a_dtype_the_release_lacks_is_refused_by_views_and_copies_too():
 
     on_14 = scan(replace(options, macos="14.0")).rows
     assert not [r for r in on_14 if r.evidence.rule == "dtype-release"]
+
+
+def test_known_wrong_rows_are_reported_not_counted_and_a_fix_is_noticed():
+    zoo = _zoo()
+    # `non_native` is the truth: it holds the missed row c too; b is predicted but not true
+    entry = {"lane": "mac-first", "non_native": ["aten::a error", "aten::c unsupported"], "known_wrong": "pending",
+             "known_wrong_rows": {"aten::b unsupported_dtype": "pending a fix"},
+             "known_missed_rows": {"aten::c unsupported": "pending a fix"},
+             "expected_before_run": {"lane": "mac-first", "non_native": ["aten::a error"], "why": "w"}}
+    today = zoo.Result("m", entry, non_native=["aten::a error", "aten::b unsupported_dtype"], lane="dual-track")
+    assert today.problems == [] and today.fixed == []
+    assert today.expectation == "mac-first (run: dual-track): +aten::b unsupported_dtype"  # before the run: a only
+    other = zoo.Result("m", entry, non_native=["aten::a error", "aten::d error"], lane="dual-track")
+    assert other.problems == ["unexplained: aten::d error"]  # a row nobody noted still counts
+    fixed = zoo.Result("m", entry, non_native=["aten::a error", "aten::c unsupported"], lane="mac-first")
+    assert fixed.problems == [] and fixed.fixed == ["aten::b unsupported_dtype", "aten::c unsupported", "lane"]
+    assert fixed.expectation == "mac-first: +aten::c unsupported"
+    table = zoo.markdown([today, fixed], {"aten::a error": "why a", "aten::c unsupported": "why c"})
+    assert "- `aten::a error`: why a" in table and "- `aten::c unsupported`: why c" in table
+    assert "predicted `aten::b unsupported_dtype`, not true: pending a fix" in table
