@@ -9,7 +9,13 @@ non-native rows and the predicted lane, and checks them against what the manifes
 - `non_native`: the non-native rows as "op verdict" keys of the manifest's `reasons` table, each a one-line
   reason why the row is true, with its source;
 - `known_wrong`: set on an entry whose predicted lane is known to be wrong (the reason says why); its lane
-  check is reported, not counted.
+  check is reported, not counted. `known_wrong_rows` / `known_missed_rows` ("op verdict" -> why): rows opscan
+  predicts that are not true, and true rows (in `non_native` like every true row) it does not predict, each
+  naming the pending fix; they are reported, not counted, and a noted row that the run no longer gets wrong is
+  listed (`zoo_known_wrong_fixed`);
+- `domain`, `expected_before_run` ({lane, non_native, why}: what was written, with its sources, before opscan
+  first ran on the model) and `expectation_fixed` (why the settled `lane`/`non_native` differ from it): issue
+  25's record of expectation against result, shown in the table's "expected before run" column.
 
 A model is a mismatch when its lane differs from `lane` (and it is not known-wrong), when a non-native row is
 not among its `non_native` keys, or when an expected one is gone. The last line is the headline:
@@ -58,11 +64,34 @@ class Result:
             return [f"scan failed: {self.error}"]
         expected = set(self.entry.get("non_native", []))
         found = set(self.non_native)
-        out = [f"unexplained: {k}" for k in sorted(found - expected)]
-        out += [f"expected but gone: {k}" for k in sorted(expected - found)]
+        wrong, missed = set(self.entry.get("known_wrong_rows", {})), set(self.entry.get("known_missed_rows", {}))
+        out = [f"unexplained: {k}" for k in sorted(found - expected - wrong)]
+        out += [f"expected but gone: {k}" for k in sorted(expected - found - missed)]
         if self.lane != self.entry.get("lane") and not self.entry.get("known_wrong"):
             out.append(f"lane {self.lane}, true lane {self.entry.get('lane')}")
         return out
+
+    @property
+    def fixed(self) -> list[str]:
+        """Known-wrong rows opscan no longer gets wrong (a fix landed: the manifest's note can go)."""
+        wrong = set(self.entry.get("known_wrong_rows", {})) - set(self.non_native)
+        missed = set(self.entry.get("known_missed_rows", {})) & set(self.non_native)
+        lane = ["lane"] if self.entry.get("known_wrong") and self.lane == self.entry.get("lane") else []
+        return [] if self.error else sorted(wrong | missed) + lane
+
+    @property
+    def expectation(self) -> str:
+        """The lane and rows written before opscan first ran on the model (issue 25), set against the run:
+        `=` the run agrees, else what differed."""
+        before = self.entry.get("expected_before_run")
+        if not before or self.error:
+            return ""
+        rows = set(before.get("non_native", []))
+        diff = [f"+{k}" for k in sorted(set(self.non_native) - rows)]
+        diff += [f"-{k}" for k in sorted(rows - set(self.non_native))]
+        lane = before.get("lane")
+        head = f"{lane}" + ("" if lane == self.lane else f" (run: {self.lane})")
+        return head + (": " + ", ".join(diff) if diff else " =")
 
 
 def options_of(entry: dict):
@@ -107,32 +136,63 @@ def plain(results: list[Result]) -> str:
     lines = [head]
     for r in results:
         status = "ok" if not r.problems else "; ".join(r.problems)
-        if not r.problems and r.entry.get("known_wrong"):
-            status = f"known-wrong: {r.entry['known_wrong']}"
+        if not r.problems and (r.entry.get("known_wrong") or r.entry.get("known_wrong_rows")
+                               or r.entry.get("known_missed_rows")):
+            status = "known-wrong (see the manifest)"
+        if r.fixed:
+            status += f"; fixed since noted: {', '.join(r.fixed)}"
         lines.append(f"{r.name:28} {r.seconds:7.1f} {r.rows:5d} {r.unknown:7d} {len(r.non_native):10d}  "
                      f"{r.lane or '-':16} {status}")
     return "\n".join(lines)
 
 
 def markdown(results: list[Result], reasons: dict[str, str]) -> str:
-    lines = ["| model | source | step | seconds | rows | unknown | non-native | lane | non-native rows |",
-             "|---|---|---|---:|---:|---:|---:|---|---|"]
+    lines = ["| model | domain | source | step | seconds | rows | unknown | non-native | lane | expected before run "
+             "| non-native rows |",
+             "|---|---|---|---|---:|---:|---:|---:|---|---|---|"]
     for r in results:
         e = r.entry
         step = e.get("mode", "train") + (f" {e['dtype']}" if e.get("dtype") else "") + \
             (f" for {e['torch_version']}" if e.get("torch_version") else "")
-        lane = r.lane + (" (known-wrong)" if e.get("known_wrong") else "") if not r.error else "failed"
+        noted = e.get("known_wrong") or e.get("known_wrong_rows") or e.get("known_missed_rows")
+        lane = r.lane + (" (known-wrong)" if noted else "") if not r.error else "failed"
         rows = ", ".join(f"`{k}`" for k in r.non_native) or "—"
-        lines.append(f"| {r.name} | {e.get('source', '')} | {step} | {r.seconds:.1f} | {r.rows} | {r.unknown} | "
-                     f"{len(r.non_native)} | {lane} | {rows} |")
-    used = sorted({k for r in results for k in r.non_native})
+        lines.append(f"| {r.name} | {e.get('domain', '')} | {e.get('source', '')} | {step} | {r.seconds:.1f} | "
+                     f"{r.rows} | {r.unknown} | {len(r.non_native)} | {lane} | {r.expectation or '—'} | {rows} |")
+    used = sorted({k for r in results for k in r.non_native if k not in _noted(r.entry)})
     lines += ["", "Why each non-native row is true (rule and source):", ""]
     lines += [f"- `{k}`: {reasons.get(k, '**UNEXPLAINED**')}" for k in used]
-    wrong = [r for r in results if r.entry.get("known_wrong")]
-    if wrong:
-        lines += ["", "Known-wrong lanes (the predicted lane differs from what MPS does, for the reason given):", ""]
-        lines += [f"- {r.name}: {r.entry['known_wrong']}" for r in wrong]
-    return "\n".join(lines)
+    return "\n".join(lines + _known_wrong(results) + _corrected(results))
+
+
+def _noted(entry: dict) -> set[str]:
+    """Rows the entry notes as known-wrong predictions (not true rows, so not in the reasons)."""
+    return set(entry.get("known_wrong_rows", {})) - set(entry.get("non_native", []))
+
+
+def _known_wrong(results: list[Result]) -> list[str]:
+    wrong = [r for r in results if r.entry.get("known_wrong") or r.entry.get("known_wrong_rows")
+             or r.entry.get("known_missed_rows")]
+    if not wrong:
+        return []
+    lines = ["", "Known-wrong predictions (opscan differs from what MPS does, for the reason given; each names the "
+             "fix it waits for):", ""]
+    for r in wrong:
+        e = r.entry
+        if e.get("known_wrong"):
+            lines.append(f"- {r.name}: lane: {e['known_wrong']}")
+        lines += [f"- {r.name}: predicted `{k}`, not true: {why}" for k, why in e.get("known_wrong_rows", {}).items()]
+        lines += [f"- {r.name}: true `{k}`, not predicted: {why}" for k, why in e.get("known_missed_rows", {}).items()]
+    return lines
+
+
+def _corrected(results: list[Result]) -> list[str]:
+    fixed = [r for r in results if r.entry.get("expectation_fixed")]
+    if not fixed:
+        return []
+    lines = ["", "Expectations written before the run that the run showed wrong (the settled truth is the manifest's "
+             "`lane` and `non_native`):", ""]
+    return lines + [f"- {r.name}: {r.entry['expectation_fixed']}" for r in fixed]
 
 
 def main(argv=None) -> int:
@@ -155,8 +215,13 @@ def main(argv=None) -> int:
     mismatches = [r for r in results if r.problems]
     rows = sum(r.rows for r in results)
     non_native = sum(len(r.non_native) for r in results)
+    noted = sum(len(r.entry.get("known_wrong_rows", {})) + len(r.entry.get("known_missed_rows", {})) for r in results)
     print(f"\n{len(results)} models in {total:.0f} s: {rows} rows, {sum(r.unknown for r in results)} unknown, "
-          f"{non_native} non-native, {sum(1 for r in results if r.entry.get('known_wrong'))} known-wrong lanes")
+          f"{non_native} non-native, {sum(1 for r in results if r.entry.get('known_wrong'))} known-wrong lanes, "
+          f"{noted} known-wrong rows")
+    fixed = [r.name for r in results if r.fixed]
+    if fixed:
+        print(f"zoo_known_wrong_fixed: {len(fixed)} models ({', '.join(fixed)}): drop their notes from the manifest")
     print(f"zoo_mismatches: {len(mismatches)} models")
     return 1 if mismatches else 0
 

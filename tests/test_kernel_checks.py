@@ -83,6 +83,27 @@ def test_size_check_norm_refuses_more_than_2_pow_32_elements():
     assert _predict("aten::linalg_vector_norm", (unknown,)).verdict == Verdict.NATIVE
 
 
+def test_macos_gate_fft_below_14_in_2_3_to_2_8():
+    # FastFourierTransform.mm of 2.3.0-2.8.0: "FFT operations are only supported on MacOS 14+" (kernel_checks.txt
+    # kc-ae59e3f9, kc-be7f2cf1, kc-306628b3 [bin]); 2.4.0's minimum macOS is 12.3 (facts.yaml). Issue 25's zoo:
+    # fno1d/stft_mask/mel_cnn/autoformer at 2.4.0 were native there. Each op cites its own kernel's check.
+    real, cplx = (TensorArg("float32", (2, 16)), (1,), 0, True), (TensorArg("complex64", (2, 9)), (1,), 0, 16)
+    for op, values, function in (("aten::_fft_r2c", real, "_fft_r2c_mps_out"),
+                                 ("aten::_fft_c2r", cplx, "_fft_c2r_mps_out"),
+                                 ("aten::_fft_c2c", (TensorArg("complex64", (2, 16)), (1,), 0, True),
+                                  "_fft_c2c_mps_out")):
+        found = _predict(op, values, release="2.4.0")
+        if op == "aten::_fft_r2c":  # complex input is refused earlier, by the dtype rule (complex below macOS 14)
+            assert found.verdict == Verdict.ERROR and found.evidence.rule == "kernel-fft-macos-14", op
+            assert "FFT operations are only supported on MacOS 14+" in found.evidence.text
+            assert "FastFourierTransform.mm" in found.evidence.source and function in found.evidence.text
+        kb = load_knowledge(release="2.4.0", macos="14.0")
+        key = K(op)
+        on_14 = predict_op(key, (values[0].dtype,), kb, args=CallArgs(key.name, values))
+        assert on_14.verdict != Verdict.ERROR and on_14.evidence.rule != "kernel-fft-macos-14", op
+        assert _predict(op, values).verdict != Verdict.ERROR, op  # 2.14.1: the check is gone
+
+
 def test_flag_check_svd_driver():
     a = TensorArg("float32", (4, 4))
     found = _predict("aten::_linalg_svd", (a, False, True, "gesvd"))

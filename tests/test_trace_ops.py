@@ -287,6 +287,29 @@ def test_non_aten_ops_are_recorded(fx, inference):
         assert (nms.fx_node, custom.fx_node) == ("nms", "twice_default")
 
 
+class _LazyTorchvision(nn.Module):
+    """A forward that imports torchvision lazily, as bench/zoo_applied.py's detection heads first did: importing
+    torchvision runs torchvision/extension.py's _check_cuda_version(), which calls
+    torch.ops.torchvision._cuda_version() (no tensor in, an int out)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 1)
+
+    def forward(self, x):
+        torch.ops.torchvision._cuda_version()
+        return self.lin(x)
+
+
+def test_torchvisions_import_time_version_check_is_bookkeeping():
+    # issue 25's zoo: nms_detector at 2.4.0, scanned alone, was dual-track by one unknown row,
+    # torchvision::_cuda_version (torchvision-not-in-table): a tensor-less version query, never device work
+    trace = run_trace(_LazyTorchvision(), torch.randn(3, 4), TraceOptions())
+    (query,) = calls_of(trace, "torchvision::_cuda_version")
+    assert query.bookkeeping and query not in trace.findable()
+    assert "torchvision::_cuda_version" not in ops(trace, "forward")
+
+
 def test_custom_op_backward_runs_its_registered_formula():
     trace = run_trace(_Detector(), torch.randn(3, 4), TraceOptions(fx=False))
     assert ops(trace, "backward") == [

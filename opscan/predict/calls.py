@@ -12,6 +12,7 @@ from __future__ import annotations
 from opscan.predict import release_paths, silent
 from opscan.predict.runtime_checks import call_args, needs_args, note_from_shapes
 from opscan.predict.dtype_rules import NO_MPS_DTYPES
+from opscan.knowledge.common_mps import parse_macos
 from opscan.predict.rules import predict_op
 from opscan.predict.sparse import predict_sparse, sparse_layouts
 from opscan.knowledge import Knowledge
@@ -89,7 +90,7 @@ def _classify(call: MpsCall, kb: Knowledge, note, args=None) -> Classification:
     layouts = sparse_layouts(call)
     if layouts:  # never a dense verdict for a sparse tensor (predict/sparse.py)
         return predict_sparse(call.op, layouts, kb)
-    if call.callees == () and not _wide(call.dtypes):
+    if call.callees == () and not _wide(call.dtypes, kb):
         return Classification(Verdict.NATIVE, Evidence(
             "composite-metadata",
             f"{call.op} is composite and dispatches no other op (a view, or checked on CPU and meta "
@@ -98,7 +99,7 @@ def _classify(call: MpsCall, kb: Knowledge, note, args=None) -> Classification:
         ))
     if call.rule == release_paths.RULE:
         return release_paths.judge_added(call, kb)
-    if call.rule == "mps-copy" and not _wide(call.dtypes):
+    if call.rule == "mps-copy" and not _wide(call.dtypes, kb):
         return Classification(Verdict.NATIVE, Evidence(
             "mps-copy", f"copy_ into or out of an MPS tensor runs MPS's own copy (torch {kb.release})", SRC_COPY))
     found = predict_op(call.op, call.dtypes, kb, callees=call.callees or None, args_note=note, cpu_op=call.cpu_op,
@@ -112,8 +113,12 @@ def _classify(call: MpsCall, kb: Knowledge, note, args=None) -> Classification:
     return found
 
 
-def _wide(dtypes) -> bool:
-    return any(d in NO_MPS_DTYPES for d in dtypes)
+def _wide(dtypes, kb: Knowledge) -> bool:
+    """A dtype MPS lacks for this call: float64/complex128 always, or one the release lacks (at the assumed macOS,
+    facts.yaml dtype_limits), so no view or copy of it exists either: predict_op's dtype rules decide."""
+    lacking = {limit.dtype for limit in kb.facts.dtype_limits
+               if limit.min_macos is None or kb.macos < parse_macos(limit.min_macos)}
+    return any(d in NO_MPS_DTYPES or d in lacking for d in dtypes)
 
 
 def decided_by(classification: Classification) -> str:

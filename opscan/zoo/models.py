@@ -15,8 +15,9 @@ expansion are checked; bench/zoo.yaml is one):
 
 A relative file target (`bench/zoo_models.py:hf`) is made absolute: looked up from the current folder, then
 from the manifest's folder and each folder above it. bench/zoo.yaml's bookkeeping keys (source, why, lane,
-non_native, known_wrong, torch_version; the zoo covers every release, so torch_version is not used) are
-accepted. Anything else is a ManifestError: one line naming the manifest, the model and the key (exit 2).
+non_native, known_wrong, torch_version, domain, expected_before_run, expectation_fixed, known_wrong_rows,
+known_missed_rows; the zoo covers every release, so torch_version is not used) are accepted. Anything else
+is a ManifestError: one line naming the manifest, the model and the key (exit 2).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from typing import Any
 from opscan.errors import UsageError
 
 KEYS = {"name", "target", "factory", "args", "inputs", "mode", "training", "dtype", "fake", "source", "timeout"}
-IGNORED = {"why", "lane", "non_native", "known_wrong", "torch_version"}  # bench/zoo.py's, not the scan's
+IGNORED = {"why", "lane", "non_native", "known_wrong", "torch_version",  # bench/zoo.py's, not the scan's
+           "domain", "expected_before_run", "expectation_fixed", "known_wrong_rows", "known_missed_rows"}
 DTYPES = ("float32", "float16", "bfloat16")
 
 
