@@ -20,6 +20,7 @@ from pathlib import Path
 
 from opscan.errors import OpscanError
 from opscan.probe.protocol import PassOutcome, ProtocolError
+from opscan.trust.read import Malformed, json_value
 
 PROBES_JOURNAL = "probes.jsonl"
 VERSION = 1
@@ -58,9 +59,11 @@ def read_journal(path: Path, fingerprint: str) -> tuple[dict, dict, int]:
 def _record(raw: bytes, number: int, path: Path) -> tuple[object, dict]:
     """(kind, the rest) of one journal line; a line that is not a JSON object is a JournalError."""
     try:
-        entry = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _damaged(path, number, type(exc).__name__) from None
+        entry = json_value(raw.decode("utf-8"))  # trust/read.py: a depth limit, a line for every problem
+    except UnicodeDecodeError as exc:
+        raise _damaged(path, number, f"not UTF-8 text, byte {exc.start}: {exc.reason}") from None
+    except Malformed as exc:
+        raise _damaged(path, number, str(exc)) from None
     if not isinstance(entry, dict):
         raise _damaged(path, number, "not a JSON object")
     return entry.pop("kind", None), entry
