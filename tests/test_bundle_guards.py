@@ -114,3 +114,15 @@ def test_a_bundle_of_the_earlier_format_is_refused_with_a_request_to_bundle_agai
     assert main(["merge", str(folder / "results" / "results.jsonl")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "made by an earlier opscan (bundle format 1" in err[0] and "opscan bundle" in err[0]
+
+
+def test_the_manifest_keeps_the_chip_and_reads_a_record_made_before_it():
+    """`opscan bundle --chip M2` is stored, so `opscan merge` rescans with the chip the bundle was made for (a
+    chip-limited silent-bug entry decides the same way); a record written before the field reads as no chip."""
+    from opscan.bundle.options import options_from_data, options_to_data
+    from opscan.scan import ScanOptions
+
+    data = options_to_data(ScanOptions("examples/cnn.py:build_model", chip="M2", macos="15.0"))
+    assert data["chip"] == "M2" and options_from_data(data).chip == "M2"
+    older = {key: value for key, value in data.items() if key != "chip"}
+    assert options_from_data(older).chip is None and options_from_data(older).macos == "15.0"

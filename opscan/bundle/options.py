@@ -14,11 +14,12 @@ from opscan.errors import UsageError
 
 DATA_FIELDS = ("target", "inference", "dtype", "fx", "yaml_path", "fake", "auto_fake", "torch_version", "macos",
                "memory", "repro")
+LATER_FIELDS = ("chip",)  # stored since issue 26's --chip; a record made before it reads as not given (None)
 
 
 def options_to_data(options) -> dict[str, Any]:
     """A ScanOptions as the manifest's JSON data."""
-    data = {name: getattr(options, name) for name in DATA_FIELDS}
+    data = {name: getattr(options, name) for name in DATA_FIELDS + LATER_FIELDS}
     data["inputs"] = list(options.inputs)
     data["args"] = {key: _literal_repr(key, value) for key, value in options.args.items()}
     return data
@@ -29,6 +30,7 @@ def options_from_data(data: dict[str, Any], **overrides: Any):
     from opscan.scan import ScanOptions
 
     fields = {name: data[name] for name in DATA_FIELDS}
+    fields.update({name: data.get(name) for name in LATER_FIELDS})
     fields["inputs"] = tuple(data["inputs"])
     fields["args"] = {key: ast.literal_eval(text) for key, text in data["args"].items()}
     return ScanOptions(**{**fields, **overrides})
