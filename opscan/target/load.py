@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import logging
 import math
 import os
 import sys
@@ -26,7 +27,10 @@ import torch
 from opscan.errors import TargetError
 from opscan.units import human_bytes
 from opscan.target.inputs import InputSpec, random_inputs
+from opscan.target.once import custom_op_libraries, loaded_module, redefined, redefined_warning
 from opscan.target.run import RunContext
+
+log = logging.getLogger("opscan")
 
 _OPSCAN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _IMPORTLIB_DIR = os.path.dirname(os.path.abspath(importlib.__file__)) + os.sep
@@ -76,13 +80,30 @@ def _import_file(path: Path, ctx: RunContext) -> ModuleType:
     path = ctx.absolute(path)  # against where the command started: the target may have changed directory
     if not path.is_file():
         raise TargetError(f"model file {str(path)!r} does not exist — check the path in TARGET")
-    name = f"opscan_target_{abs(hash(str(path.resolve())))}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise TargetError(f"cannot load {str(path)!r} as Python — TARGET files must be .py files")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.resolve().parent))
-    sys.modules[name] = module
+    folder = str(path.resolve().parent)
+    module = loaded_module(path)  # imported here before (by opscan or the caller): its code runs once (once.py)
+    if module is None:
+        name = f"opscan_target_{abs(hash(str(path.resolve())))}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise TargetError(f"cannot load {str(path)!r} as Python — TARGET files must be .py files")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            _run_file(path, folder, spec, module, ctx)
+        except BaseException:
+            sys.modules.pop(name, None)  # as `import` does: a file that failed runs again next time, not half-made
+            raise
+    elif folder not in sys.path:
+        sys.path.insert(0, folder)
+    return module
+
+
+def _run_file(path: Path, folder: str, spec, module: ModuleType, ctx: RunContext) -> None:
+    """Run the file's code into `module`, with its folder first on sys.path; warn when it defined custom ops that
+    this process had defined already (once.py)."""
+    sys.path.insert(0, folder)
+    defined = custom_op_libraries()
     try:
         with ctx.running(f"importing {path}"):
             spec.loader.exec_module(module)
@@ -96,7 +117,10 @@ def _import_file(path: Path, ctx: RunContext) -> ModuleType:
             f"importing {path} raised {type(exc).__name__}: {exc} — fix the file or install what it imports",
             user_traceback=_user_traceback(),
         ) from None
-    return module
+    finally:
+        again = redefined(defined)
+        if again:
+            log.warning("%s", redefined_warning(path, again))
 
 
 def load_target(spec: str, factory_args: dict[str, Any], input_specs: list[InputSpec],
