@@ -202,7 +202,7 @@ def _trace(target, options: ScanOptions, kb, ctx, memory: bool) -> tuple[Any, An
     with user_step(target.spec, ctx=ctx), explicit_moves():
         trace = trace_step(target, trace_options, has_mps_kernel=has_mps_kernel(kb), expand=should_expand(kb),
                            memory=_tracking(made) if memory else None, spans=span_ops(), amp=amp_of(kb))
-    return trace, (made[0] if made else None)
+    return trace, (made[-1] if made else None)  # (the last: a short run that proved nothing is run again)
 
 
 def _tracking(made: list):

@@ -122,6 +122,10 @@ class StorageTracker(TorchDispatchMode):
             self._see(t, grows)
         return out
 
+    def events_now(self) -> int:
+        """How many events were recorded so far (the recorder marks each call with it: trace/repeat.py)."""
+        return len(self._events)
+
     def timeline(self, batch: int | None = None) -> Timeline:
         """The immutable record of what was seen so far."""
         blocks = tuple(Block(n, d, dev, c, self._roles.get(i, "")) for i, (n, d, dev, c) in enumerate(self._blocks))
