@@ -126,6 +126,15 @@ class StorageTracker(TorchDispatchMode):
         """How many events were recorded so far (the recorder marks each call with it: trace/repeat.py)."""
         return len(self._events)
 
+    def replicate(self, assembled, event_marks: list[int], units, stack) -> None:
+        """The events of a short run (trace/repeat.py) rewritten as a full run's (memory/repeat.py); raises
+        trace/splice.py's Refused when they do not repeat."""
+        from opscan.memory.repeat import replicate
+
+        params = {q: tuple(self._current[p.untyped_storage()._cdata] for p in layer.parameters())
+                  for q, layer in enumerate(stack.layers)}
+        replicate(self, assembled, event_marks, units, params, stack.runs)
+
     def timeline(self, batch: int | None = None) -> Timeline:
         """The immutable record of what was seen so far."""
         blocks = tuple(Block(n, d, dev, c, self._roles.get(i, "")) for i, (n, d, dev, c) in enumerate(self._blocks))

@@ -230,7 +230,7 @@ class Shortcut:
             coder = Coder(recorder.calls, units, stack, self.marks, self.param_ids, self.fx_names)
             done = replicate(recorder.calls, groups, units, coder, self.first_free)
             if below is not None:
-                below.replicate(done, recorder.event_marks, units, self.marks)
+                below.replicate(done, recorder.event_marks, units, stack)
         except Refused as exc:
             raise Retrace(f"{head}: not replicated, {exc}; every layer traced") from None
         notes.append(f"{head}: layers 3 .. {n - 2} replicated from layer 2, after layers 1 and 2 ran alike "
