@@ -82,30 +82,38 @@ class _Codes:
 
 
 def _global_runs(out: list, runs) -> list:
-    """Copies of the runs of events outside the units that touch layer 2's blocks, after each such run."""
+    """Copies of the runs of events outside the units that touch layer 2's blocks: after layer 2's run when layer
+    1's came just before it (ascending, as zero_grad frees gradients), before it when layer 1's comes just after
+    (descending, as a list of per-layer tensors is freed, last first)."""
+    groups: list[tuple] = []  # (middle layer 1 or 2, or None; items)
+    for item in out:
+        where = item[0][3] if item[0][0] == "G" else None
+        k = where[1] if where is not None and where[0] == "F" and where[1] in (1, 2) else None
+        if k is not None and groups and groups[-1][0] == k:
+            groups[-1][1].append(item)
+        else:
+            groups.append((k, [item]))
     result: list = []
-    i = 0
-    while i < len(out):
-        item = out[i]
-        code = item[0]
-        if code[0] != "G" or code[3] is None or code[3][1] not in (1, 2):
-            result.append(item)
-            i += 1
+    for g, (k, items) in enumerate(groups):
+        if k != 2:
+            result.extend(items)
             continue
-        j = i
-        while j < len(out) and out[j][0][0] == "G" and out[j][0][3] is not None and out[j][0][3][1] == code[3][1]:
-            j += 1
-        run = out[i:j]
-        result.extend(run)
-        i = j
-        if code[3][1] == 1:
-            continue
-        before = [c for c, _, _ in result[-2 * len(run):-len(run)]] if len(result) >= 2 * len(run) else []
-        if [_shifted(c, -1) for c, _, _ in run] != [(c[0], c[2], c[3]) for c in before]:
+        before = groups[g - 1] if g else (None, [])
+        after = groups[g + 1] if g + 1 < len(groups) else (None, [])
+        shifted = [_shifted(c, -1) for c, _, _ in items]
+        copies = lambda positions: [(("O", c[3][0], c[3][2], c[2]), fp, None)  # noqa: E731
+                                    for fp in positions for c, _, _ in items]
+        if before[0] == 1 and shifted == [_plain(c) for c, _, _ in before[1]]:
+            result.extend(items + copies(range(3, runs[3])))
+        elif after[0] == 1 and shifted == [_plain(c) for c, _, _ in after[1]]:
+            result.extend(copies(range(runs[3] - 1, 2, -1)) + items)
+        else:
             raise Refused("memory freed outside the layers does not repeat from layer 1 to layer 2")
-        for fp in range(3, runs[3]):
-            result.extend((("O", c[3][0], c[3][2], c[2]), fp, None) for c, _, _ in run)
     return result
+
+
+def _plain(code):
+    return ("G", code[2], code[3])
 
 
 def _shifted(code, by: int):
