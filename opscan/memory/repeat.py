@@ -29,16 +29,23 @@ def replicate(tracker, assembled, event_marks: list[int], units, param_blocks: d
         for e in events:
             owner[e] = (k, unit)
     code = _Codes(tracker, owner, param_blocks, runs)
-    copies = {marks[before]: (positions, unit) for before, positions, unit in assembled.inserts}
+    copies: dict[int, list] = {}
+    for before, positions, unit in assembled.inserts:
+        copies.setdefault(marks[before], []).append((positions, unit))
     for u1, u2, _ in pairs(units):
         a = [code.event(e, 1, u1) for e in range(marks[u1.start], marks[u1.stop])]
         b = [code.event(e, 2, u2) for e in range(marks[u2.start], marks[u2.stop])]
         if a != b:
             raise Refused("layers 1 and 2 allocated or freed memory differently")
+    out = _global_runs(_spliced(code, owner, copies, marks, runs, total), runs)
+    _rebuild(tracker, out, code, new_of, runs)
+
+
+def _spliced(code, owner, copies, marks, runs, total: int) -> list:
+    """Every event coded, with layer 2's copies where their calls go: (code, full position or None, unit)."""
     out: list[tuple] = []  # (block code or global block, sign, full position)
     for e in range(total + 1):
-        if e in copies:
-            positions, unit = copies[e]
+        for positions, unit in copies.get(e, ()):
             for fp in positions:
                 out.extend((code.event(x, 2, unit), fp, unit) for x in range(marks[unit.start], marks[unit.stop]))
         if e == total:
@@ -49,8 +56,7 @@ def replicate(tracker, assembled, event_marks: list[int], units, param_blocks: d
         else:
             k, unit = where
             out.append((code.event(e, k, unit), runs[k], unit))
-    out = _global_runs(out, runs)
-    _rebuild(tracker, out, code, new_of, runs)
+    return out
 
 
 class _Codes:

@@ -111,7 +111,7 @@ def _attributes(module, base, position: int, path: str) -> str | None:
         if name in _SKIP:
             continue
         other = vars(base).get(name, _MISSING)
-        if value is other or (type(value) in _PLAIN and type(other) is type(value) and value == other):
+        if value is other or _plain_equal(value, other):
             continue
         if type(value) is int and type(other) is int and value - other == position:
             continue  # the layer's index (layer_idx), counted from layer 0's
@@ -121,6 +121,15 @@ def _attributes(module, base, position: int, path: str) -> str | None:
 
 
 _MISSING = object()
+
+
+def _plain_equal(a, b) -> bool:
+    """Equal plain values (numbers, strings, dtypes, devices, and tuples or lists of them)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) in (tuple, list):
+        return len(a) == len(b) and all(_plain_equal(x, y) for x, y in zip(a, b))
+    return type(a) in _PLAIN and a == b
 
 
 def _short(value) -> str:
