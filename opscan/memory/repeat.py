@@ -15,7 +15,7 @@ from __future__ import annotations
 from opscan.trace.splice import Refused, pairs
 
 
-def replicate(tracker, assembled, event_marks: list[int], units, param_blocks: dict[int, tuple[int, ...]],
+def replicate_events(tracker, assembled, event_marks: list[int], units, param_blocks: dict[int, tuple[int, ...]],
               runs: tuple[int, ...]) -> None:
     """Rewrite tracker's blocks, events and roles as a full run's (see the module docstring)."""
     total = len(tracker._events)

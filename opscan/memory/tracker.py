@@ -129,11 +129,11 @@ class StorageTracker(TorchDispatchMode):
     def replicate(self, assembled, event_marks: list[int], units, stack) -> None:
         """The events of a short run (trace/repeat.py) rewritten as a full run's (memory/repeat.py); raises
         trace/splice.py's Refused when they do not repeat."""
-        from opscan.memory.repeat import replicate
+        from opscan.memory.repeat import replicate_events
 
         params = {q: tuple(self._current[p.untyped_storage()._cdata] for p in layer.parameters())
                   for q, layer in enumerate(stack.layers)}
-        replicate(self, assembled, event_marks, units, params, stack.runs)
+        replicate_events(self, assembled, event_marks, units, params, stack.runs)
 
     def timeline(self, batch: int | None = None) -> Timeline:
         """The immutable record of what was seen so far."""
