@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from opscan.trace.records import OpCall
+from opscan.trace.records import OpCall, TensorMeta
 from opscan.trace.splice import Coder, Refused, Units, pairs
 
 
@@ -41,18 +41,21 @@ def replicate(calls, groups, units: Units, coder: Coder, first_free: int) -> Ass
     _outside(calls, units, coder)
     order = _order(len(calls), inserts)
     new_of = {item: n for n, item in enumerate(order)}
-    out = []
-    codes = {}
+    walker = Walker(first_free)
+    codes: dict[int, tuple] = {}
     for n, (i, fp) in enumerate(order):
         c = calls[i]
         if fp is None and i not in where:
-            out.append(_moved(c, n, new_of, coder))
+            parent = None if c.parent is None else new_of[(c.parent, None)]
+            fields = (c.op, c.phase, c.module, c.bookkeeping, c.fx_node, c.module_source,
+                      coder.unnode(("G", c.node), 0), parent, c.expanded, c.attrs, c.args_spec, c.raised, c.py,
+                      c.caller)
+            walker.add(fields, [(t, t.storage) for t in c.inputs], [(t, t.storage) for t in c.outputs])
             continue
         k, unit = (2, where[i][1]) if fp is not None else where[i]
         code = codes.get(i) or codes.setdefault(i, coder.call(c, k, unit))
-        at = coder.full(k) if fp is None else fp
-        out.append(coder.decode(code, at, n, _parents(new_of, unit, fp)))
-    return Assembled(renumber(out, first_free), _groups(groups, where, units, coder, new_of, inserts, len(order)),
+        walker.add(*coder.decode(code, coder.full(k) if fp is None else fp, _parents(new_of, unit, fp)))
+    return Assembled(walker.done(), _groups(groups, where, units, coder, new_of, inserts, len(order)),
                      tuple(order), tuple(inserts))
 
 
@@ -106,14 +109,6 @@ def _parents(new_of, unit: range, fp):
     return parent_of
 
 
-def _moved(c: OpCall, n: int, new_of, coder: Coder) -> OpCall:
-    parent = None if c.parent is None else new_of[(c.parent, None)]
-    node = coder.unnode(("G", c.node), 0)
-    if n == c.index and parent == c.parent and node == c.node:
-        return c
-    return replace(c, index=n, parent=parent, node=node)
-
-
 def _groups(groups, where, units, coder: Coder, new_of, inserts, total: int) -> tuple:
     def new(i: int, fp) -> int:
         return new_of[(i, fp)] if i < len(units.owner) else total
@@ -146,41 +141,63 @@ def _regroup(g, start: int, end: int, coder: Coder, k, fp):
     return replace(g, start=start, end=end, nodes=nodes, module=module)
 
 
-def renumber(calls: list[OpCall], first_free: int) -> tuple[OpCall, ...]:
-    """Storage ids numbered as the recorder meets them in a full run: ids below `first_free` (given before
-    the step: parameters, buffers, inputs) kept; every other id by first sight — a call's inputs, then its
-    composite callees, then its outputs."""
-    ids: dict[int, int] = {}
-    nxt = [first_free]
+class Walker:
+    """Builds the full trace's calls in order, numbering storages as the recorder meets them in a full run: ids
+    below `first_free` (given before the step: parameters, buffers, inputs) kept, every other id by first sight
+    — a call's inputs, then its composite callees, then its outputs (an expanded call stays open until a call
+    that is not its callee comes)."""
 
-    def number(t):
-        s = t.storage
-        if s < first_free:
-            return t
-        found = ids.get(s)
-        if found is None:
-            found = ids[s] = nxt[0]
-            nxt[0] += 1
-        return t if found == s else replace(t, storage=found)
+    def __init__(self, first_free: int):
+        self.first_free = first_free
+        self.ids: dict[int, int] = {}
+        self.metas: dict[tuple[int, int], TensorMeta] = {}
+        self.calls: list = []
+        self._open: list[int] = []
 
-    out: list = [None] * len(calls)
-    open_: list[int] = []
-    for pos, c in enumerate(calls):
-        while open_ and open_[-1] != c.parent:
-            _close(out, calls, open_.pop(), number)
-        out[pos] = tuple(number(t) for t in c.inputs)
-        if c.expanded and pos + 1 < len(calls) and calls[pos + 1].parent == c.index:
-            open_.append(pos)
+    def add(self, fields: tuple, ins: list, outs: list) -> None:
+        """One call: its fields but index, inputs and outputs (see splice.Coder.decode), ins and outs as
+        (TensorMeta, storage id before numbering)."""
+        parent, expanded = fields[7], fields[8]
+        while self._open and self._open[-1] != parent:
+            self._close(self._open.pop())
+        n = len(self.calls)
+        self.calls.append((fields, tuple(self._meta(t, s) for t, s in ins), outs))
+        if expanded:
+            self._open.append(n)
         else:
-            _close(out, calls, pos, number)
-    while open_:
-        _close(out, calls, open_.pop(), number)
-    return tuple(out)
+            self._close(n)
+
+    def done(self) -> tuple[OpCall, ...]:
+        """The calls, every one closed."""
+        while self._open:
+            self._close(self._open.pop())
+        return tuple(self.calls)
+
+    def _close(self, n: int) -> None:
+        fields, ins, outs = self.calls[n]
+        self.calls[n] = OpCall(n, *fields[:3], ins, tuple(self._meta(t, s) for t, s in outs), *fields[3:])
+
+    def _meta(self, t: TensorMeta, sid: int) -> TensorMeta:
+        if sid >= self.first_free:
+            found = self.ids.get(sid)
+            if found is None:
+                found = self.ids[sid] = self.first_free + len(self.ids)
+            sid = found
+        if sid == t.storage:
+            return t
+        key = (id(t), sid)
+        meta = self.metas.get(key)
+        if meta is None:
+            meta = self.metas[key] = TensorMeta(t.dtype, t.shape, t.stride, t.device, sid, t.nbytes, t.offset,
+                                                t.requires_grad, t.host, t.layout)
+        return meta
 
 
-def _close(out: list, calls, pos: int, number) -> None:
-    c = calls[pos]
-    inputs = out[pos]
-    outputs = tuple(number(t) for t in c.outputs)
-    same = all(a is b for a, b in zip(inputs, c.inputs)) and all(a is b for a, b in zip(outputs, c.outputs))
-    out[pos] = c if same else replace(c, inputs=inputs, outputs=outputs)
+def renumber(calls, first_free: int) -> tuple[OpCall, ...]:
+    """The calls with their storages numbered as a full run meets them (Walker)."""
+    walker = Walker(first_free)
+    for c in calls:
+        walker.add((c.op, c.phase, c.module, c.bookkeeping, c.fx_node, c.module_source, c.node, c.parent,
+                    c.expanded, c.attrs, c.args_spec, c.raised, c.py, c.caller),
+                   [(t, t.storage) for t in c.inputs], [(t, t.storage) for t in c.outputs])
+    return walker.done()

@@ -184,17 +184,15 @@ class Coder:
             and len(a[3]) == len(b[3]) and len(a[4]) == len(b[4])
 
     # decoding (at full position fp)
-    def decode(self, code: tuple, fp: int, index: int, parent_of) -> OpCall:
+    def decode(self, code: tuple, fp: int, parent_of) -> tuple:
+        """(the OpCall's fields but index, inputs and outputs; inputs and outputs as (TensorMeta, storage id))
+        for `renumber`-style assembly (replicate.py `Walker`)."""
         op, phase, module, ins, outs, bookkeeping, fx, source, node, parent, expanded, attrs, spec, raised, py, \
             caller = code
-        return OpCall(index, op, phase, self._unmodule(module, fp), tuple(self._unmeta(m, fp) for m in ins),
-                      tuple(self._unmeta(m, fp) for m in outs), bookkeeping, self._unfx(fx, fp), source,
-                      self.unnode(node, fp), parent_of(parent), expanded, attrs, spec, raised, py, caller)
-
-    def _unmeta(self, code, fp: int) -> TensorMeta:
-        t, (kind, off, *rest) = code
-        sid = self.sid(kind, off, rest, fp)
-        return t if sid == t.storage else replace(t, storage=sid)
+        fields = (op, phase, self._unmodule(module, fp), bookkeeping, self._unfx(fx, fp), source,
+                  self.unnode(node, fp), parent_of(parent), expanded, attrs, spec, raised, py, caller)
+        return fields, [(t, self.sid(kind, off, rest, fp)) for t, (kind, off, *rest) in ins], \
+            [(t, self.sid(kind, off, rest, fp)) for t, (kind, off, *rest) in outs]
 
     def sid(self, kind, off, rest, fp: int) -> int:
         """The storage id a code stands for at full position fp."""
