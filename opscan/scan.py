@@ -174,7 +174,8 @@ def memory_stage(prepared: Prepared, options: ScanOptions, ctx=None) -> dict[str
     ctx = ctx or RunContext()
     target, trace, view, kb = prepared.target, prepared.trace, prepared.view, prepared.kb
     with ctx.running(f"sizing the memory of {options.target}'s step at larger batches"):  # the step runs again
-        section = estimate_memory(target, trace, view, kb, prepared.tracker, options.dtype, options.inference)
+        section = estimate_memory(target, trace, view, kb, prepared.tracker, options.dtype, options.inference,
+                                  options.repeat)
     if options.live is not None:
         from opscan.memory.live import live_section
 

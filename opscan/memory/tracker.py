@@ -27,6 +27,7 @@ from torch.optim import optimizer as optim_hooks
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from opscan.memory.records import Block, Timeline
+from opscan.memory.short import node_mark
 from opscan.opkey import OpKey
 from opscan.trace.guard import call_through
 from opscan.trace.tensors import tensors_in
@@ -61,6 +62,7 @@ class StorageTracker(TorchDispatchMode):
         self._params: list[torch.Tensor] = []
         self._handles: list = []
         self._closed = False
+        self.call_marks: list | None = None  # per call: (events before it, its autograd node): memory/short.py
 
     def register(self, tensors: Iterable[torch.Tensor], role: str) -> None:
         """Count tensors that exist before the step (parameters, buffers, inputs) under `role`."""
@@ -111,6 +113,8 @@ class StorageTracker(TorchDispatchMode):
         """Run one call, counting the storages it reads (`ins`: its tensor arguments, when known) and makes."""
         self.calls += 1
         self._func = func
+        if self.call_marks is not None:
+            self.call_marks.append((len(self._events), node_mark()))
         for t in tensors_in(args, kwargs) if ins is None else ins:
             self._see(t, False)
         if self.cache is None:

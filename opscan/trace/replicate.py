@@ -39,7 +39,7 @@ def replicate(calls, groups, units: Units, coder: Coder, first_free: int) -> Ass
         backward = calls[u2.start].phase == "backward"
         inserts.append((before.start, tuple(reversed(middle)) if backward else tuple(middle), u2))
     _outside(calls, units, coder)
-    order = _order(len(calls), inserts)
+    order = order_of(len(calls), inserts)
     new_of = {item: n for n, item in enumerate(order)}
     walker = Walker(first_free)
     codes: dict[int, tuple] = {}
@@ -84,7 +84,9 @@ def _outside(calls, units: Units, coder: Coder) -> None:
             raise Refused(f"a {c.phase} call outside the layers runs a middle layer's autograd node")
 
 
-def _order(count: int, inserts) -> list[tuple[int, int | None]]:
+def order_of(count: int, inserts) -> list[tuple[int, int | None]]:
+    """(short-run index, position or None) of every call of the full run: the short run's with each insert's
+    copies (layer 2's unit at each of its positions) before its index."""
     before = {at: (positions, unit) for at, positions, unit in inserts}
     order: list[tuple[int, int | None]] = []
     for i in range(count):
