@@ -67,11 +67,22 @@ def test_replicated_layers_report_like_a_full_trace(spec, args, replicated):
     _assert_equal(short, full)
 
 
-def test_alternating_layers_are_traced_in_full():
-    # layer_idx % 2 changes the ops: the layers are alike before the step, layers 1 and 2 differ in it
-    short, full = _scans(f"{TARGETS}:alternating", {"layers": 6})
+def test_inference_step_replicates_the_forward():
+    short = scan(ScanOptions(f"{TARGETS}:build_model", args={"layers": 7}, fake=True, inference=True))
+    full = scan(ScanOptions(f"{TARGETS}:build_model", args={"layers": 7}, fake=True, inference=True, repeat=False))
+    assert any("layers 3 .. 5 replicated" in n for n in _notes(short)), _notes(short)
+    assert set(short.phases) == {"forward"}
+    _assert_equal(short, full)
+
+
+@pytest.mark.parametrize("period", [2, 4])
+def test_alternating_layers_are_traced_in_full(period):
+    # layer_idx % period changes the ops: the layers are alike before the step; period 4 shows only in layer 3,
+    # which the short run never runs: the layers reading their index is what refuses it
+    short, full = _scans(f"{TARGETS}:alternating", {"layers": 8, "period": period})
     [note] = _notes(short)
-    assert "not replicated, layers 1 and 2 " in note and "every layer traced" in note
+    assert "not replicated, a layer's code reads its index: layers.0.layer_idx (mod)" in note, note
+    assert "every layer traced" in note
     _assert_equal(short, full)
 
 

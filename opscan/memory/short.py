@@ -15,7 +15,7 @@ import torch
 
 from opscan.trace.repeat import Marks, find_stack, sequence_nr, short_run
 from opscan.trace.replicate import Assembled, order_of
-from opscan.trace.splice import Refused, Units
+from opscan.trace.splice import Refused, Units, check_marks
 
 _NO_NODE = 1 << 63
 
@@ -57,8 +57,7 @@ class ShortSizing:
 
     def _units(self) -> Units:
         marks = self.marks
-        if marks.entered != 4 or len(marks.calls) != 5:
-            raise Refused(f"the stack's layers ran {marks.entered} times, not once each")
+        check_marks(marks)
         fwd = tuple(range(marks.calls[k], marks.calls[k + 1]) for k in range(4))
         owners = self._owners()
         firsts = [owners.index(k) if k in owners else None for k in range(4)]

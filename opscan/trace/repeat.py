@@ -64,6 +64,7 @@ class Marks:
     events: list[int] = field(default_factory=list)
     seqs: list[int] = field(default_factory=list)
     entered: int = 0
+    index_reads: list[str] = field(default_factory=list)  # "layers.1.self_attn.layer_idx % ..." (_Watched)
 
 
 def find_stack(model: torch.nn.Module) -> tuple[Stack | None, str | None]:
@@ -167,6 +168,7 @@ def short_run(stack: Stack, marks: Marks, clock, events, seq):
 
     saved = stack.container._modules
     kept = [stack.layers[p] for p in stack.runs]
+    watched = _watch(stack, marks.index_reads)
     vars(stack.container)["_modules"] = type(saved)((str(k), layer) for k, layer in enumerate(kept))
     hooks = torch.nn.modules.module
     handles = [hooks.register_module_forward_pre_hook(pre), hooks.register_module_forward_hook(post, always_call=True)]
@@ -176,6 +178,53 @@ def short_run(stack: Stack, marks: Marks, clock, events, seq):
         for handle in handles:
             handle.remove()
         vars(stack.container)["_modules"] = saved
+        for module, name, value in watched:
+            vars(module)[name] = value
+
+
+def _watch(stack: Stack, reads: list[str]) -> list[tuple]:
+    """Put a _Watched int in place of every index attribute (an int that differs by the layer's position) of the
+    running layers; returns what to put back."""
+    first = stack.layers[0]
+    base = {(path, name) for path, module in first.named_modules() for name, value in vars(module).items()
+            if type(value) is int}
+    other = stack.layers[1]
+    put_back = []
+    for path, name in sorted(base):
+        if vars(other.get_submodule(path)).get(name) == vars(first.get_submodule(path))[name]:
+            continue  # the same in every layer (find_stack proved it): not an index
+        for q in stack.runs:
+            module = stack.layers[q].get_submodule(path)
+            value = vars(module)[name]
+            put_back.append((module, name, value))
+            vars(module)[name] = _Watched(value, f"{stack.name(q)}{'.' + path if path else ''}.{name}", reads)
+    return put_back
+
+
+class _Watched(int):
+    """An index attribute that notes being read in arithmetic, a comparison, a truth test or a hash (a dict or
+    set lookup): a layer that branches on its index. Indexing a list with it (a per-layer cache entry) is not
+    noted: list indexing takes an int subclass's value without calling it."""
+
+    def __new__(cls, value: int, where: str, reads: list):
+        self = super().__new__(cls, value)
+        self.where, self.reads = where, reads
+        return self
+
+
+def _noting(name: str):
+    method = getattr(int, name)
+
+    def noted(self, *args):
+        self.reads.append(f"{self.where} ({name.strip('_')})")
+        return method(int(self), *(int(a) if isinstance(a, _Watched) else a for a in args))
+    return noted
+
+
+for _name in ("__mod__", "__rmod__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__",
+              "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__", "__rfloordiv__",
+              "__truediv__", "__and__", "__or__", "__xor__", "__bool__", "__hash__", "__pow__", "__divmod__"):
+    setattr(_Watched, _name, _noting(_name))
 
 
 def sequence_nr() -> int:

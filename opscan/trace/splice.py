@@ -39,8 +39,7 @@ class Units:
 
 def find_units(calls, marks, stack) -> Units:
     """The units of the short run, or Refused."""
-    if marks.entered != 4 or len(marks.calls) != 5:
-        raise Refused(f"the stack's layers ran {marks.entered} times, not once each")
+    check_marks(marks)
     layer_of = _layer_of(stack)
     fwd = tuple(range(marks.calls[k], marks.calls[k + 1]) for k in range(4))
     firsts = [next((c.index for c in calls if c.phase == "backward" and layer_of(c.module) == k), None)
@@ -61,6 +60,14 @@ def find_units(calls, marks, stack) -> Units:
     if stray is not None:
         raise Refused(f"a {stray.phase} call of {stray.module} ({stray.op.display}) fell outside the layer's units")
     return Units(fwd, bwd, opt, tuple(owner))
+
+
+def check_marks(marks) -> None:
+    """Refused unless each running layer ran once and none read its index (repeat.py _Watched)."""
+    if marks.entered != 4 or len(marks.calls) != 5:
+        raise Refused(f"the stack's layers ran {marks.entered} times, not once each")
+    if marks.index_reads:
+        raise Refused(f"a layer's code reads its index: {marks.index_reads[0]}")
 
 
 def _optimizer_units(calls, layer_of):

@@ -1,7 +1,7 @@
 """Test targets for repeated layers traced once (opscan/trace/repeat.py): stacks of alike and unalike layers.
 
-`build_model` is a crafted stack of alike blocks; `alternating` one whose layers read their index (odd layers
-gate their output); `qwen_alternating` a transformers Qwen2 from a config whose layers alternate sliding-window
+`build_model` is a crafted stack of alike blocks; `alternating` one whose layers read their index (every
+`period`-th layer gates its output); `qwen_alternating` a transformers Qwen2 from a config whose layers alternate sliding-window
 and full attention; `by_class` a stack whose layers are of two classes.
 """
 
@@ -10,9 +10,9 @@ from torch import nn
 
 
 class Block(nn.Module):
-    """LayerNorm -> Linear -> GELU -> Linear, with a residual; odd layers also gate when `alternate`."""
+    """LayerNorm -> Linear -> GELU -> Linear, with a residual; every `alternate`-th layer also gates."""
 
-    def __init__(self, width: int, layer_idx: int, alternate: bool = False):
+    def __init__(self, width: int, layer_idx: int, alternate: int = 0):
         super().__init__()
         self.layer_idx, self.alternate = layer_idx, alternate
         self.norm = nn.LayerNorm(width)
@@ -20,7 +20,7 @@ class Block(nn.Module):
 
     def forward(self, x):
         y = self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
-        if self.alternate and self.layer_idx % 2:
+        if self.alternate and self.layer_idx % self.alternate == self.alternate - 1:
             y = y * torch.sigmoid(y)
         return x + y
 
@@ -28,7 +28,7 @@ class Block(nn.Module):
 class Stack(nn.Module):
     """An embedding, `layers` blocks in a ModuleList and a head."""
 
-    def __init__(self, layers: int, alternate: bool = False, width: int = 16, other: type | None = None):
+    def __init__(self, layers: int, alternate: int = 0, width: int = 16, other: type | None = None):
         super().__init__()
         self.embed = nn.Linear(8, width)
         self.layers = nn.ModuleList(
@@ -51,9 +51,9 @@ def build_model(layers: int = 6):
     return Stack(layers), _inputs()
 
 
-def alternating(layers: int = 6):
-    """Odd layers gate their output: layer_idx changes the ops."""
-    return Stack(layers, alternate=True), _inputs()
+def alternating(layers: int = 6, period: int = 2):
+    """Every `period`-th layer gates its output (odd layers by default): layer_idx changes the ops."""
+    return Stack(layers, alternate=period), _inputs()
 
 
 def by_class(layers: int = 6):
