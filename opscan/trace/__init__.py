@@ -26,6 +26,7 @@ from opscan.trace.host import HostFactories
 from opscan.trace.recorder import CallRecorder
 from opscan.trace.records import FxInfo, OpCall, TensorMeta, Trace
 from opscan.trace.registrations import registrations
+from opscan.trace.replicate import Shortcut
 
 log = logging.getLogger("opscan")
 
@@ -81,7 +82,7 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
     torch.manual_seed(options.seed)
     model, inputs = _prepared(target, options)
     gm, fx_info = fxnodes.symbolic(model) if options.fx else (None, FxInfo(False, "disabled (--no-fx)"))
-    shortcut = repeat.Shortcut.of(model, gm, options.repeat and target.fake is not None)
+    shortcut = Shortcut.of(model, gm, options.repeat and target.fake is not None)
     optimizer = None if options.inference else step.make_optimizer(model, target.build_optimizer)
     tracker = ModuleTracker(model)
     mapper = GradFnMapper(tracker)

@@ -6,14 +6,20 @@ theirs (else `Refused`), inserts layer 2's units decoded at positions 3 .. N-2 w
 layer N-1's parameters), re-decodes every real unit at its full position, moves the lens groups with their
 calls, and numbers the storages as a full trace meets them (`renumber`). `Assembled.order` says, per call of
 the full trace, which short-run call it is and at which position (None: the call itself), for the memory
-events (opscan/memory/tracker.py `replicate`).
+events (opscan/memory/tracker.py `replicate`). `Shortcut` is what trace_step holds: the stack (or none), the
+short run around the step, and the assembly after it (`Retrace` when the short run proved nothing).
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, replace
 
+import torch
+
 from opscan.trace.records import OpCall, TensorMeta
+from opscan.trace.fxnodes import _scope
+from opscan.trace.repeat import Marks, Retrace, Stack, find_stack, sequence_nr, short_run
 from opscan.trace.splice import Coder, Refused, Units, pairs
 
 
@@ -203,3 +209,72 @@ def renumber(calls, first_free: int) -> tuple[OpCall, ...]:
                     c.expanded, c.attrs, c.args_spec, c.raised, c.py, c.caller),
                    [(t, t.storage) for t in c.inputs], [(t, t.storage) for t in c.outputs])
     return walker.done()
+
+
+class Shortcut:
+    """The repeated-layers shortcut of one trace: off (`stack` None), or the stack it runs short."""
+
+    def __init__(self, stack: Stack | None, fx_names: dict, notes: tuple[str, ...] = ()):
+        self.stack, self.fx_names, self.notes = stack, fx_names, notes
+        self.marks = Marks()
+        self.param_ids: dict[int, tuple[int, ...]] = {}
+        self.first_free = 0
+
+    @classmethod
+    def of(cls, model: torch.nn.Module, gm, wanted: bool) -> Shortcut:
+        """The shortcut for `model` (`gm`: its fx graph or None) when `wanted`, else one that is off."""
+        if not wanted:
+            return cls(None, {})
+        stack, refused = find_stack(model)
+        if stack is None:
+            return cls(None, {}, (f"repeated layers: {refused}; every layer traced",) if refused else ())
+        names = fx_names(gm, stack) if gm is not None else {}
+        return cls(stack, names)
+
+    @contextlib.contextmanager
+    def running(self, recorder, below):
+        """While the step runs: layers 0, 1, 2 and N-1 only, their starts marked, each call's memory events."""
+        if self.stack is None:
+            yield
+            return
+        self.param_ids = {q: tuple(recorder.storages.of(p) for p in layer.parameters())
+                          for q, layer in enumerate(self.stack.layers)}
+        self.first_free = recorder.storages._next + 1
+        recorder.event_marks = [] if below is not None else None
+        events = (lambda: below.events_now()) if below is not None else (lambda: 0)
+        with short_run(self.stack, self.marks, lambda: len(recorder.calls), events, sequence_nr):
+            yield
+
+    def assembled(self, recorder, groups, below, notes: list) -> tuple[tuple, tuple]:
+        """(calls, groups) of the full trace; Retrace when the short run proved nothing."""
+        if self.stack is None:
+            return tuple(recorder.calls), tuple(groups)
+        from opscan.trace.splice import find_units
+
+        stack, n = self.stack, len(self.stack.layers)
+        head = f"repeated layers: {stack.name(0)} .. {stack.name(n - 1)} ({n} x {type(stack.layers[0]).__name__})"
+        try:
+            units = find_units(recorder.calls, self.marks, stack)
+            coder = Coder(recorder.calls, units, stack, self.marks, self.param_ids, self.fx_names)
+            done = replicate(recorder.calls, groups, units, coder, self.first_free)
+            if below is not None:
+                below.replicate(done, recorder.event_marks, units, stack)
+        except Refused as exc:
+            raise Retrace(f"{head}: not replicated, {exc}; every layer traced") from None
+        notes.append(f"{head}: layers 3 .. {n - 2} replicated from layer 2, after layers 1 and 2 ran alike "
+                     "(--no-repeat traces every layer)")
+        return done.calls, done.groups
+
+
+def fx_names(gm, stack: Stack) -> dict[int, tuple[str, ...]]:
+    """Full position -> the fx node names of that layer's calls, in graph order."""
+    prefix = f"{stack.path}." if stack.path else ""
+    found: dict[int, list[str]] = {q: [] for q in range(len(stack.layers))}
+    for node in gm.graph.nodes:
+        path = node.target if node.op == "call_module" else _scope(node) if node.op in (
+            "call_function", "call_method") else None
+        if isinstance(path, str) and path.startswith(prefix):
+            head = path[len(prefix):].split(".", 1)[0]
+            if head.isdigit() and int(head) in found:
+                found[int(head)].append(node.name)
+    return {q: tuple(names) for q, names in found.items()}
