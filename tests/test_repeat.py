@@ -86,6 +86,19 @@ def test_alternating_layers_are_traced_in_full(period):
     _assert_equal(short, full)
 
 
+def test_foreach_optimizer_is_traced_in_full():
+    # one _foreach_ call takes every layer's parameters: nothing per layer to replicate
+    spec = f"{TARGETS.parent / 'repeat_foreach.py'}:build_model"
+    short, full = _scans(spec, {"layers": 6})
+    [note] = _notes(short)
+    assert "not replicated" in note and "every layer traced" in note, note
+    from opscan.scan import prepare
+
+    traced = prepare(ScanOptions(spec, args={"layers": 6}, fake=True, memory=False)).trace
+    assert any(c.op.name.startswith("_foreach_") for c in traced.calls if c.phase == "optimizer")
+    _assert_equal(short, full)
+
+
 def test_alternating_attention_config_is_refused_before_the_step():
     short, full = _scans(f"{TARGETS}:qwen_alternating", {"layers": 6})
     [note] = _notes(short)

@@ -1,8 +1,8 @@
 """Test targets for repeated layers traced once (opscan/trace/repeat.py): stacks of alike and unalike layers.
 
 `build_model` is a crafted stack of alike blocks; `alternating` one whose layers read their index (every
-`period`-th layer gates its output); `qwen_alternating` a transformers Qwen2 from a config whose layers alternate sliding-window
-and full attention; `by_class` a stack whose layers are of two classes.
+`period`-th layer gates its output); `qwen_alternating` a transformers Qwen2 from a config whose layers
+alternate sliding-window and full attention; `by_class` a stack whose layers are of two classes.
 """
 
 import torch
