@@ -17,6 +17,8 @@ against layers (least squares: the per-layer slope and the worst deviation from 
     python bench/scan_scale.py                             # 7b x 32 and 70b x 80 layers, 3 rounds
     python bench/scan_scale.py --sizes 7b --layers 8 32 --rounds 2
     python bench/scan_scale.py --cli --no-memory           # more opscan flags, after --cli
+    python bench/scan_scale.py --sizes 405b --rounds 1     # Llama 3.1 405B's shape, 126 layers
+    python bench/scan_scale.py --cli --no-repeat           # every layer traced (no repeated-layers shortcut)
 
 The last line is `scan_vs_floor: <ratio> x`, the worst ratio over the widths measured at their full depth
 (7b x 32, 70b x 80), or over every config when neither was run.
@@ -38,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "llama_big.py"
 TARGET = f"{EXAMPLE}:build_model"
-FULL = {"7b": 32, "70b": 80, "tiny": 2}
+FULL = {"7b": 32, "70b": 80, "405b": 126, "tiny": 2}
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ class ScanOptions:
     memory: bool = True  # estimate the step's memory and size it for Macs (opscan/memory)
     live: Any = None  # opscan.memory.live.LiveOptions: --memory, a few real iterations on a device
     repro: bool = False  # add the `repro` section: what standalone repro scripts of the findings need
+    repeat: bool = True  # trace repeated layers once (trace/repeat.py; fake tensors only); False: every layer
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,8 @@ def memory_stage(prepared: Prepared, options: ScanOptions, ctx=None) -> dict[str
     ctx = ctx or RunContext()
     target, trace, view, kb = prepared.target, prepared.trace, prepared.view, prepared.kb
     with ctx.running(f"sizing the memory of {options.target}'s step at larger batches"):  # the step runs again
-        section = estimate_memory(target, trace, view, kb, prepared.tracker, options.dtype, options.inference)
+        section = estimate_memory(target, trace, view, kb, prepared.tracker, options.dtype, options.inference,
+                                  options.repeat)
     if options.live is not None:
         from opscan.memory.live import live_section
 
@@ -198,11 +200,11 @@ def _trace(target, options: ScanOptions, kb, ctx, memory: bool) -> tuple[Any, An
 
     made: list = []  # the tracker trace_step's memory factory makes (one, when asked for)
     trace_options = TraceOptions(options.inference, options.dtype, options.fx, macos=kb.macos,
-                                 release=Release.parse(kb.release).series_key)
+                                 release=Release.parse(kb.release).series_key, repeat=options.repeat)
     with user_step(target.spec, ctx=ctx), explicit_moves():
         trace = trace_step(target, trace_options, has_mps_kernel=has_mps_kernel(kb), expand=should_expand(kb),
                            memory=_tracking(made) if memory else None, spans=span_ops(), amp=amp_of(kb))
-    return trace, (made[0] if made else None)
+    return trace, (made[-1] if made else None)  # (the last: a short run that proved nothing is run again)
 
 
 def _tracking(made: list):

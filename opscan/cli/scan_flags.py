@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                   "(default unknown) up (env OPSCAN_BASELINE)")
     p.add_argument("--tree", action="store_true", help="show the module tree with each module's worst verdict")
     p.add_argument("--no-fx", action="store_true", help="do not try torch.fx.symbolic_trace")
+    p.add_argument("--no-repeat", action="store_true",
+                   help="trace every layer of a stack of repeated layers (by default, with fake tensors, layers "
+                        "3 .. N-2 of a stack proven to repeat are replicated from layer 2)")
     fake = p.add_mutually_exclusive_group()
     fake.add_argument("--fake", action="store_true",
                       help="build the model and inputs with fake tensors (no memory allocated); chosen by "
@@ -131,7 +134,7 @@ def scan_options(args, probe, live=None):
                        inference=args.inference, dtype=args.dtype, fx=not args.no_fx, fake=args.fake,
                        auto_fake=not args.no_fake, torch_version=args.torch_version, macos=args.macos,
                        chip=args.chip, probe=probe,
-                       memory=not args.no_memory, live=live, repro=args.repro)
+                       memory=not args.no_memory, live=live, repro=args.repro, repeat=not args.no_repeat)
 
 
 def live_options(args):

@@ -35,6 +35,7 @@ from typing import Callable
 import torch
 
 from opscan.memory.estimate import curve, without_indices
+from opscan.memory.short import ShortSizing
 from opscan.memory.tracker import track_step
 from opscan.target.loaders import in_process_loaders, stderr_aside
 from opscan.trace import fake, step
@@ -42,6 +43,7 @@ from opscan.trace.amp import AmpTrace
 from opscan.trace.call_cache import MetaCache
 from opscan.trace.lens import Lens
 from opscan.trace.questions import Questions
+from opscan.trace.splice import Refused
 
 log = logging.getLogger("opscan")
 FACTORS = (2, 3)
@@ -113,9 +115,10 @@ class Stand:
 
 
 def scaled_runs(target, dtype: str | None, inference: bool, has_mps_kernel: Callable, macos,
-                stand: Stand = Stand(), amp=None) -> Scaling:
+                stand: Stand = Stand(), amp=None, repeat: bool = True) -> Scaling:
     """The step at 2x and 3x the traced batch: on meta tensors, else on fake ones, else not at all; `amp` (the
-    release's mixed-precision answers, as the trace had them) makes autocast regions cast as the trace did."""
+    release's mixed-precision answers, as the trace had them) makes autocast regions cast as the trace did;
+    `repeat`: a stack of repeated layers runs short (short.py)."""
     batch = batch_of(target.inputs)
     if batch is None:
         return Scaling(None, (), "none", "no input tensor has a leading (batch) dimension")
@@ -128,7 +131,7 @@ def scaled_runs(target, dtype: str | None, inference: bool, has_mps_kernel: Call
             # worker's traceback) is not the user's to read: the trace ran this step in view (target/loaders.py)
             with stderr_aside(printed), in_process_loaders():
                 runs = tuple(_run(target, method, k, batch, dtype, inference, (has_mps_kernel, macos, amp), stand,
-                                  listed, cache) for k in FACTORS)
+                                  listed, cache, repeat) for k in FACTORS)
         except Exception as exc:  # noqa: BLE001 - a step that can't be scaled is reported, not fatal
             errors.append(f"{method}: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}")
             log.debug("sizing run on %s tensors failed: %s (it printed %r)", method, errors[-1], printed[-1][-2000:])
@@ -140,7 +143,7 @@ def scaled_runs(target, dtype: str | None, inference: bool, has_mps_kernel: Call
 
 
 def _run(target, method: str, k: int, batch: int, dtype, inference: bool, lens, stand: Stand,
-         listed: bool = False, cache=None) -> Run:
+         listed: bool = False, cache=None, repeat: bool = False) -> Run:
     build = target.fake if method == "fake" and target.fake is not None else None
     mode = build.mode if build is not None else (fake.new_mode() if method == "fake" else None)
     model = target.model if build is not None else _model_copy(target.model, method, mode)
@@ -160,11 +163,20 @@ def _run(target, method: str, k: int, batch: int, dtype, inference: bool, lens, 
         release = Questions(lens[0], macos=lens[1], amp=amp)
         steer = Steer(release, clock=lambda: tracker.calls)
         mixed = AmpTrace(release, [], meta=method == "meta") if amp is not None else contextlib.nullcontext()
-        with steer, tracker, mixed:
+        short = ShortSizing.of(model, repeat)
+        with steer, tracker, mixed, short.running(tracker) if short else contextlib.nullcontext():
             if inference:
                 step.run_inference(model, inputs)
             else:
                 step.run_train_step(model, optimizer, inputs, target.train_step, target.loss_fn)
+    if short is not None:
+        try:
+            if steer.pools:
+                raise Refused("max-pool indices are counted by call")
+            short.replicate(tracker)
+        except Refused as exc:
+            log.info("sizing run at batch %d: repeated layers not replicated (%s); every layer run", batch * k, exc)
+            return _run(target, method, k, batch, dtype, inference, lens, stand, listed, cache, repeat=False)
     timeline = without_indices(tracker.timeline(batch * k), steer.pools)
     return Run(batch * k, tuple(v + stand.state for v in curve(timeline)),
                tuple(v + stand.state_bf16 for v in curve(timeline, bf16=True)))

@@ -28,15 +28,16 @@ def tracking(sink: list):
     return make
 
 
-def estimate_memory(target, trace, view, kb, tracker, dtype: str | None, inference: bool) -> dict[str, Any]:
-    """The report's `memory` section for a traced step."""
+def estimate_memory(target, trace, view, kb, tracker, dtype: str | None, inference: bool,
+                    repeat: bool = True) -> dict[str, Any]:
+    """The report's `memory` section for a traced step (`repeat`: sizing runs take the repeated-layers shortcut)."""
     from opscan.predict.calls import amp_of, has_mps_kernel
 
     pools = frozenset(i for g in trace.groups if g.rule == POOL_RULE and g.mode == "replace"
                       for i in range(g.start, g.end))
     est = estimate(without_indices(tracker.timeline(batch_of(target.inputs)), pools), where_of(trace.calls))
     stand = Stand(est.optimizer_excess, *est.state)
-    scaling = scaled_runs(target, dtype, inference, has_mps_kernel(kb), kb.macos, stand, amp_of(kb))
+    scaling = scaled_runs(target, dtype, inference, has_mps_kernel(kb), kb.macos, stand, amp_of(kb), repeat)
     curve = bf16_curve = None
     if est.batch and scaling.runs:
         curve = fit_curve(tuple((r.batch, r.curve) for r in scaling.runs), est.batch, est.peak.bytes)

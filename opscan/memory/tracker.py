@@ -27,6 +27,7 @@ from torch.optim import optimizer as optim_hooks
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from opscan.memory.records import Block, Timeline
+from opscan.memory.short import node_mark
 from opscan.opkey import OpKey
 from opscan.trace.guard import call_through
 from opscan.trace.tensors import tensors_in
@@ -61,6 +62,7 @@ class StorageTracker(TorchDispatchMode):
         self._params: list[torch.Tensor] = []
         self._handles: list = []
         self._closed = False
+        self.call_marks: list | None = None  # per call: (events before it, its autograd node): memory/short.py
 
     def register(self, tensors: Iterable[torch.Tensor], role: str) -> None:
         """Count tensors that exist before the step (parameters, buffers, inputs) under `role`."""
@@ -111,6 +113,8 @@ class StorageTracker(TorchDispatchMode):
         """Run one call, counting the storages it reads (`ins`: its tensor arguments, when known) and makes."""
         self.calls += 1
         self._func = func
+        if self.call_marks is not None:
+            self.call_marks.append((len(self._events), node_mark()))
         for t in tensors_in(args, kwargs) if ins is None else ins:
             self._see(t, False)
         if self.cache is None:
@@ -121,6 +125,19 @@ class StorageTracker(TorchDispatchMode):
         for t in tensors_in(out):
             self._see(t, grows)
         return out
+
+    def events_now(self) -> int:
+        """How many events were recorded so far (the recorder marks each call with it: trace/repeat.py)."""
+        return len(self._events)
+
+    def replicate(self, assembled, event_marks: list[int], units, stack) -> None:
+        """The events of a short run (trace/repeat.py) rewritten as a full run's (memory/repeat.py); raises
+        trace/splice.py's Refused when they do not repeat."""
+        from opscan.memory.repeat import replicate_events
+
+        params = {q: tuple(self._current[p.untyped_storage()._cdata] for p in layer.parameters())
+                  for q, layer in enumerate(stack.layers)}
+        replicate_events(self, assembled, event_marks, units, params, stack.runs)
 
     def timeline(self, batch: int | None = None) -> Timeline:
         """The immutable record of what was seen so far."""

@@ -8,6 +8,8 @@ node of every call, bookkeeping calls kept but flagged.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import Callable
 
@@ -15,7 +17,7 @@ import torch
 
 from opscan.opkey import OpKey
 from opscan.target.load import Target
-from opscan.trace import collector, fake, fxnodes, step
+from opscan.trace import collector, fake, fxnodes, repeat, step
 from opscan.trace.amp import AmpTrace
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker
 from opscan.trace.lens import Lens
@@ -24,6 +26,9 @@ from opscan.trace.host import HostFactories
 from opscan.trace.recorder import CallRecorder
 from opscan.trace.records import FxInfo, OpCall, TensorMeta, Trace
 from opscan.trace.registrations import registrations
+from opscan.trace.replicate import Shortcut
+
+log = logging.getLogger("opscan")
 
 __all__ = ["TraceOptions", "trace_step", "Trace", "OpCall", "TensorMeta", "FxInfo"]
 
@@ -38,6 +43,7 @@ class TraceOptions:
     seed: int = 0
     macos: tuple[int, int] = (14, 0)
     release: tuple[int, int] | None = None  # the predicted-for release series (None: the installed torch's code)
+    repeat: bool = True  # repeated layers traced once (repeat.py; fake tensors only): False traces every layer
 
 
 def _never(op: OpKey) -> bool:
@@ -62,7 +68,13 @@ def trace_step(target: Target, options: TraceOptions = TraceOptions(), *,
     mixed-precision questions; given, autocast regions and GradScaler are traced as a Mac runs them (amp.py).
     """
     with collector.spared(), fake.entered(target.fake):  # the imports and the model outlive the trace
-        return _trace(target, options, has_mps_kernel, expand, memory, spans, amp)
+        try:
+            return _trace(target, options, has_mps_kernel, expand, memory, spans, amp)
+        except repeat.Retrace as retry:  # the short run did not prove its layers repeat: every layer runs
+            log.info("%s", retry.note)
+            options = dataclasses.replace(options, repeat=False)
+            found = _trace(target, options, has_mps_kernel, expand, memory, spans, amp)
+            return dataclasses.replace(found, notes=(*found.notes, retry.note))
 
 
 def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory=None, spans=frozenset(),
@@ -70,6 +82,7 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
     torch.manual_seed(options.seed)
     model, inputs = _prepared(target, options)
     gm, fx_info = fxnodes.symbolic(model) if options.fx else (None, FxInfo(False, "disabled (--no-fx)"))
+    shortcut = Shortcut.of(model, gm, options.repeat and target.fake is not None)
     optimizer = None if options.inference else step.make_optimizer(model, target.build_optimizer)
     tracker = ModuleTracker(model)
     mapper = GradFnMapper(tracker)
@@ -83,7 +96,7 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
     recorder.index_placement(model, inputs)
     below = memory(model, inputs, lambda: len(recorder.calls) - 1) if memory else None
     recorder.below = below
-    notes: list[str] = []
+    notes: list[str] = list(shortcut.notes)
     with contextlib.ExitStack() as stack:
         tagger = fxnodes.FxNodeTagger(gm, tracker, recorder) if gm is not None else contextlib.nullcontext()
         attached = below.attached() if below is not None else contextlib.nullcontext()
@@ -93,21 +106,23 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
             stack.enter_context(ctx)
         if target.fake is not None:
             stack.enter_context(fake.stop_on_data_dependence(notes, recorder.calls))
+        stack.enter_context(shortcut.running(recorder, below))
         _run(target, model, optimizer, inputs, options)
+    calls, groups = shortcut.assembled(recorder, lens.groups, below, notes)
     if target.fake is not None:
-        notes.extend(fake.unknown_sizes(recorder.calls))
+        notes.extend(fake.unknown_sizes(calls))
     return Trace(
-        calls=tuple(recorder.calls),
+        calls=calls,
         model_class=type(model).__name__,
         mode="inference" if options.inference else "train",
         modules=tuple((path, type(m).__name__) for path, m in model.named_modules()),
         fx=fx_info,
         torch_version=str(torch.__version__),
         device=_device_of(model),
-        groups=tuple(lens.groups),
+        groups=groups,
         notes=tuple(notes),
         asked=release.asked(),
-        registrations=registrations(c.op for c in recorder.calls),
+        registrations=registrations(c.op for c in calls),
     )
 
 

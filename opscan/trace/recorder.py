@@ -59,6 +59,7 @@ class CallRecorder(TorchDispatchMode):
         self._parents: list[int] = []
         self._params: list = []
         self.below = None  # the memory tracker, handed every call this mode passes on (its `observe`)
+        self.event_marks: list[int] | None = None  # per call, the tracker's events before it (repeat.py)
         self._muted = False
         self._sites: dict[tuple, tuple] = {}  # (py chain, caller) -> itself: one tuple per calling place
         self._parent_site: tuple = ((), None)  # the site of the last top-level call (its callees share it)
@@ -103,6 +104,8 @@ class CallRecorder(TorchDispatchMode):
         index = len(self.calls)
         spec = encode_args(args, kwargs)  # before the call: an in-place op changes its inputs
         self.calls.append(None)  # reserve the slot so callees come after their composite
+        if self.event_marks is not None:
+            self.event_marks.append(self.below.events_now())
         try:
             out, expanded = self._execute(func, op, index, args, kwargs, ins)
         except Exception as exc:  # the step may catch it ("try float16, else float32"): keep the call
@@ -125,6 +128,8 @@ class CallRecorder(TorchDispatchMode):
         dispatched anything (trace/amp.py)."""
         kwargs = kwargs or {}
         self.calls.append(None)
+        if self.event_marks is not None:
+            self.event_marks.append(self.below.events_now())
         spec = encode_args(args, kwargs) if args or kwargs else None
         site = self._site(sys._getframe(1))
         self._store(len(self.calls) - 1, op, self.phases.current(), self._metas(tensors_in(args, kwargs)), (), args,
@@ -178,6 +183,8 @@ class CallRecorder(TorchDispatchMode):
                     out = func._op_dk(key, *args, **kwargs)
             except Exception:  # noqa: BLE001 - the composite kernel refused these arguments
                 del self.calls[index + 1:]  # (e.g. a Python scalar the C++ schema wants as a Tensor)
+                if self.event_marks is not None:
+                    del self.event_marks[index + 1:]
                 return self._through(func, args, kwargs), False
             if len(self.calls) == index + 1:  # a CPU fast path dispatched nothing: see the device path
                 # nothing dispatched on meta either: metadata only; the meta run failed: not known
