@@ -31,7 +31,7 @@ def escape_property(text: str) -> str:
     return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def command(level: str, message_text: str, **properties) -> str:
+def workflow_command(level: str, message_text: str, **properties) -> str:
     """One workflow command line (properties in the order given, None ones left out)."""
     props = ",".join(f"{key}={escape_property(str(value))}" for key, value in properties.items() if value is not None)
     return f"::{level}{' ' + props if props else ''}::{escape_data(message_text)}"
@@ -41,8 +41,8 @@ def render_github(report: Report, **_) -> str:
     """The annotations, most severe first, within GitHub's per-step limits."""
     findings = report.findings
     if not findings:
-        return command("notice", f"no findings: every op of the step is native on MPS (lane {report.lane.name})",
-                       title="opscan") + "\n"
+        text = f"no findings: every op of the step is native on MPS (lane {report.lane.name})"
+        return workflow_command("notice", text, title="opscan") + "\n"
     levels = [COMMANDS[level_of(r.verdict)] for r in findings]
     total = Counter(levels)
     left = sum(max(0, n - PER_LEVEL) for n in total.values())
@@ -56,9 +56,9 @@ def render_github(report: Report, **_) -> str:
     skipped = total - shown
     if skipped:
         counts = ", ".join(f"{n} {level}{'s' * (n != 1)}" for level, n in skipped.items())
-        lines.append(command("notice", f"{sum(skipped.values())} more findings not annotated ({counts}): GitHub "
-                                       f"shows {PER_LEVEL} annotations of each level per step — see the full report "
-                                       "(-f json, or report.html)", title="opscan: more findings"))
+        text = (f"{sum(skipped.values())} more findings not annotated ({counts}): GitHub shows {PER_LEVEL} "
+                "annotations of each level per step — see the full report (-f json, or report.html)")
+        lines.append(workflow_command("notice", text, title="opscan: more findings"))
     return "\n".join(lines) + "\n"
 
 
@@ -68,5 +68,5 @@ def _annotation(row: Row, level: str, report: Report) -> str:
     text = message(row, report) + (f" Also called from {', '.join(others)}." if others else "")
     title = f"opscan: {row.op.display} [{signature_text(row.dtypes)}] {row.verdict.value} on MPS"
     if place is None:
-        return command(level, text, title=title)
-    return command(level, text, file=place["file"], line=place["line"], title=title)
+        return workflow_command(level, text, title=title)
+    return workflow_command(level, text, file=place["file"], line=place["line"], title=title)

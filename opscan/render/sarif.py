@@ -23,7 +23,9 @@ from opscan.report import Report, Row
 from opscan.verdict import Verdict
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
-ROOT = "PROJECTROOT"
+BASE_ID = "PROJECTROOT"
+PROJECT_TEXT = ("The scanned project's folder: the nearest folder above the target holding .git, pyproject.toml, "
+                "setup.py or setup.cfg.")
 LEVELS = {Verdict.UNKNOWN: "note", Verdict.CPU_FALLBACK: "warning"}  # every verdict ranked above: "error"
 
 
@@ -40,9 +42,7 @@ def render_sarif(report: Report, **_) -> str:
     run = {
         "tool": {"driver": {"name": "opscan", "version": report.opscan_version,
                             "informationUri": "https://github.com/opscan/opscan", "rules": described}},
-        "originalUriBaseIds": {ROOT: {"description": {"text": "The scanned project's folder: the nearest folder above "
-                                                              "the target holding .git, pyproject.toml, setup.py or "
-                                                              "setup.cfg."}}},
+        "originalUriBaseIds": {BASE_ID: {"description": {"text": PROJECT_TEXT}}},
         "results": [_result(row, rules.index(row.evidence.rule), report) for row in findings],
         "properties": {"model": report.model, "mode": report.mode, "lane": report.lane.name,
                        "torch_release": report.assumptions.get("torch_release"),
@@ -79,7 +79,7 @@ def _result(row: Row, index: int, report: Report) -> dict[str, Any]:
 def _location(place: dict[str, Any]) -> dict[str, Any]:
     file = str(place["file"])
     artifact = ({"uri": PurePosixPath(file).as_uri()} if file.startswith("/")
-                else {"uri": quote(file), "uriBaseId": ROOT})
+                else {"uri": quote(file), "uriBaseId": BASE_ID})
     location: dict[str, Any] = {"physicalLocation": {"artifactLocation": artifact,
                                                      "region": {"startLine": int(place["line"])}}}
     if place.get("function"):

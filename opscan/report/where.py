@@ -1,6 +1,6 @@
 """Report stage: a row's `where` — the lines of the user's code that made its calls (trace/frames.py), grouped.
 
-Each call of the MPS view stands for a call of the CPU trace (its `index`), whose `Where` names the innermost frame
+Each call of the MPS view stands for a call of the CPU trace (its `index`), whose `CallSite` names the innermost frame
 of the user's own code and the installed library's line below it (`via`). A row lists its distinct places in
 step order, at most `MAX_PLACES`, each with the phases and the number of its calls made there:
 

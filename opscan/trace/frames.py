@@ -37,8 +37,8 @@ from torch._C._autograd import _get_sequence_nr as _sequence_nr
 
 import opscan
 from opscan.target.user_code import installed_part, own_file
-from opscan.trace import step
-from opscan.trace.records import Where
+from opscan.trace.step import run_inference, run_train_step
+from opscan.trace.records import CallSite
 
 SKIP, TORCH, ENGINE, LIBRARY, USER, RUNNER = 0, 1, 2, 3, 4, 5  # LIBRARY and USER: outside torch and opscan
 # torch files and units whose frames issue no op of their own: the dispatch machinery and call plumbing
@@ -58,7 +58,7 @@ _SITE = os.path.dirname(_TORCH_DIR.rstrip(os.sep)) + os.sep
 _OPSCAN_DIR = os.path.dirname(os.path.abspath(opscan.__file__)) + os.sep
 _STDLIB = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
 _KINDS: dict = {}  # id(code) -> (kind, unit or place, nested, code): a process's cache, filled once per function
-STEP_RUNNERS = frozenset({step.run_train_step.__code__, step.run_inference.__code__})
+STEP_RUNNERS = frozenset({run_train_step.__code__, run_inference.__code__})
 
 
 def unit_of(qualname: str) -> str:
@@ -143,34 +143,34 @@ def _user(frame) -> tuple[tuple | None, tuple | None]:
 
 class Sites:
     """The calling places of one trace: each distinct (py chain, caller, user frame, via) interned once as
-    (chain, caller, Where), and the Where of the forward call that created each autograd node, for the backward
-    calls that node runs. `anchor`: the target's factory (target/load.py), the Where of a call no frame of the
+    (chain, caller, CallSite), and the CallSite of the forward call that created each autograd node, for the backward
+    calls that node runs. `anchor`: the target's factory (target/load.py), the CallSite of a call no frame of the
     user's code made."""
 
     def __init__(self, anchor: tuple[str, int, str] | None = None):
         self.anchor = anchor
         self._sites: dict[tuple, tuple] = {}
-        self._nodes: dict[int, Where | None] = {}  # autograd sequence number -> the Where of the call that made it
-        self._as_node: dict[int, tuple] = {}  # id(Where) -> (Where, the same as a backward call's)
+        self._nodes: dict[int, CallSite | None] = {}  # autograd sequence number -> the site of the call that made it
+        self._as_node: dict[int, tuple] = {}  # id(CallSite) -> (CallSite, the same as a backward call's)
         self._seq = _sequence_nr()  # the next autograd node's sequence number
 
     def of(self, frame) -> tuple:
-        """(py chain, caller, Where or None) of a call received by `frame`'s callee."""
+        """(py chain, caller, CallSite or None) of a call received by `frame`'s callee."""
         key = where(frame)
         found = self._sites.get(key)
         if found is None:
             found = self._sites[key] = (key[0], key[1], self._where(key[2], key[3]))
         return found
 
-    def _where(self, user, via) -> Where | None:
+    def _where(self, user, via) -> CallSite | None:
         if user is not None:
-            return Where(*user, via=via)
+            return CallSite(*user, via=via)
         if self.anchor is not None:
-            return Where(*self.anchor, via=via, by="factory")
-        return Where(None, None, None, via=via) if via is not None else None
+            return CallSite(*self.anchor, via=via, by="factory")
+        return CallSite(None, None, None, via=via) if via is not None else None
 
-    def where(self, phase: str, found: Where | None) -> Where | None:
-        """The Where of a call in `phase` whose walk found `found`: a backward call's is its node's forward call's
+    def where(self, phase: str, found: CallSite | None) -> CallSite | None:
+        """The CallSite of a call in `phase` whose walk found `found`: a backward call's is its node's forward call's
         when known; the autograd nodes a forward call created (sequence numbers handed out since the last call:
         autograd makes the node before the call reaches the dispatch mode) take its own."""
         if phase == "backward":
@@ -185,7 +185,7 @@ class Sites:
             self._seq = seq
         return found
 
-    def _node_form(self, found: Where | None) -> Where | None:
+    def _node_form(self, found: CallSite | None) -> CallSite | None:
         if found is None or found.by != "call":
             return found
         pair = self._as_node.get(id(found))

@@ -114,7 +114,7 @@ class CallRecorder(TorchDispatchMode):
         return out
 
     def _site(self, frame) -> tuple:
-        """(py chain, caller, Where) of a call, interned: calls from one place share one tuple."""
+        """(py chain, caller, CallSite) of a call, interned: calls from one place share one tuple."""
         self._parent_site = self.sites.of(frame)
         return self._parent_site
 

@@ -54,7 +54,7 @@ class TensorMeta:
 
 
 @dataclass(frozen=True)
-class Where:
+class CallSite:
     """Where the user's code made a call (trace/frames.py): the innermost frame of the user's own code — for a
     backward call, of the forward call that created the autograd node it runs — and the installed library's
     frame below it (`via`: the library's own line that called torch).
@@ -95,7 +95,7 @@ class OpCall:
     # up to the one the step's code called); () when none did (the autograd engine, the step calling an op directly)
     py: tuple[str, ...] = ()
     caller: tuple[str, int] | None = None  # the first frame outside torch and opscan: (file, line) (trace/frames.py)
-    where: Where | None = None  # the user's line that made the call (trace/frames.py); None: no user or library frame
+    where: CallSite | None = None  # the user's line that made the call (trace/frames.py); None: no user/library frame
 
     @property
     def dtypes(self) -> tuple[str, ...]:
