@@ -11,6 +11,7 @@ Line numbers are found by searching the targets' source text, so an edit there m
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 import torch
 
 import opscan
+from opscan.cli import main as opscan_main
 from opscan.scan import ScanOptions, scan
 
 REPO = Path(__file__).resolve().parents[1]
@@ -187,3 +189,47 @@ def test_analyze_names_lines_relative_to_the_project_and_never_the_callers():
     # called opscan.analyze (this test, pytest) are no part of the step
     assert places(report, "aten::addcdiv_") == [[]]
     assert all(p["file"] == rel(here) for row in report.to_dict()["ops"] for p in row["where"])
+
+
+def test_the_table_and_the_html_show_the_line(tricky):
+    from opscan.render.console import render_table
+    from opscan.render.html import render_html
+
+    take = line_of(TRICKY, "picked = torch.take(feats, self.picks)")
+    table = render_table(tricky, width=160)
+    row = next(line for line in table.splitlines() if "aten::take " in line)
+    assert row.rstrip().endswith(f"tricky.py:{take}")  # the where column
+    assert f"    where: examples/tricky.py:{take} in Tricky.forward (forward, 1 call)" in table
+    copy = line_of(TRICKY, "return precise.float()")  # a row made at two lines: "+1" in the column, both below
+    assert f"       examples/tricky.py:{copy} in Tricky.forward (backward, 1 call)" in table
+    page = render_html(tricky)
+    assert f"<li><code>examples/tricky.py:{take} in Tricky.forward</code>" in page
+    assert f"<td>tricky.py:{take}</td>" in page and "<th>where</th>" in page
+
+
+def test_issue_md_says_where_it_was_called_from_without_absolute_paths(tmp_path):
+    from opscan.repro.issue import called_from
+
+    here = os.getcwd()
+    os.chdir(tmp_path)  # not the project: relative names come from the target's project, not the working folder
+    try:
+        assert opscan_main([f"{TRICKY}:build_model", "--no-probe", "--repro", "--no-memory", "-o", "out", "-q",
+                            "-f", "json"]) == 0
+    finally:
+        os.chdir(here)
+    issue = (tmp_path / "out" / "repro" / "aten_take" / "ISSUE.md").read_text(encoding="utf-8")
+    take = line_of(TRICKY, "picked = torch.take(feats, self.picks)")
+    assert f"Called from (the scanned code's lines that made these calls):\n\n- `examples/tricky.py:{take}` in " \
+           "`Tricky.forward` (forward)\n" in issue
+    assert str(REPO) not in issue
+    # a file outside the project keeps its name only; a factory and a library's line are said as such
+    report = {"ops": [{"where": [
+        {"file": "/srv/other/model.py", "line": 3, "function": "Net.forward", "by": "call", "phases": ["forward"],
+         "calls": 1, "via": None},
+        {"file": "train.py", "line": 9, "function": "build", "by": "factory", "phases": ["forward", "backward"],
+         "calls": 2, "via": {"file": "timm/layers/mlp.py", "line": 48, "function": "Mlp.forward"}}]}]}
+    assert called_from(report, [{"row": 0}]).splitlines()[2:] == [
+        "- `model.py:3` in `Net.forward` (forward)",
+        "- `train.py:9` in `build`, the target's factory: opscan's default step ran its model · via "
+        "`timm/layers/mlp.py:48` in `Mlp.forward` (forward, backward)"]
+    assert called_from(report, [{"row": 5}]) == ""
