@@ -99,8 +99,12 @@ def where(frame) -> tuple[tuple[str, ...], tuple[str, int] | None, tuple | None,
     chain: list[str] = []
     entry = 0  # the chain's length at the outermost frame that is not a nested function
     caller = None
+    kinds = _KINDS
     while frame is not None:
-        found = _kind(frame.f_code)
+        code = frame.f_code
+        found = kinds.get(id(code))  # by identity: a code object's own hash reads its whole body
+        if found is None or found[3] is not code:
+            found = kinds[id(code)] = (*_classify(code), code)
         kind = found[0]
         if kind == TORCH:
             if not chain or chain[-1] != found[1]:
@@ -109,30 +113,31 @@ def where(frame) -> tuple[tuple[str, ...], tuple[str, int] | None, tuple | None,
                 entry = len(chain)
         elif kind == ENGINE or kind == RUNNER:
             break
-        elif kind >= LIBRARY:
-            caller = (frame.f_code.co_filename, frame.f_lineno)
+        elif kind == USER:  # the user's own code called torch: nothing further to find
+            line = frame.f_lineno
+            return (tuple(chain[:entry] if entry else chain), (code.co_filename, line),
+                    (found[1][0], line, found[1][1]), None)
+        elif kind == LIBRARY:
+            caller = (code.co_filename, frame.f_lineno)
             break
         frame = frame.f_back
     user, via = _user(frame)
     return tuple(chain[:entry] if entry else chain), caller, user, via
 
 
-def _kind(code) -> tuple:
-    found = _KINDS.get(id(code))  # by identity: a code object's own hash reads its whole body
-    if found is None or found[3] is not code:
-        found = _KINDS[id(code)] = (*_classify(code), code)
-    return found
-
-
 def _user(frame) -> tuple[tuple | None, tuple | None]:
     """(the innermost frame of the user's own code from `frame` outward, the innermost library frame before it),
     each as (file, line, qualname); the walk ends at the step's runner."""
     via = None
+    kinds = _KINDS
     while frame is not None:
-        found = _kind(frame.f_code)
+        code = frame.f_code
+        found = kinds.get(id(code))
+        if found is None or found[3] is not code:
+            found = kinds[id(code)] = (*_classify(code), code)
         kind = found[0]
         if kind == USER:
-            return (*found[1][:1], frame.f_lineno, found[1][1]), via
+            return (found[1][0], frame.f_lineno, found[1][1]), via
         if kind == RUNNER:
             break
         if kind == LIBRARY and via is None:
