@@ -104,7 +104,7 @@ def where(frame) -> tuple[tuple[str, ...], tuple[str, int] | None, tuple | None,
         code = frame.f_code
         found = kinds.get(id(code))  # by identity: a code object's own hash reads its whole body
         if found is None or found[3] is not code:
-            found = kinds[id(code)] = (*_classify(code), code)
+            found = _KINDS[id(code)] = (*_classify(code), code)
         kind = found[0]
         if kind == TORCH:
             if not chain or chain[-1] != found[1]:
@@ -134,7 +134,7 @@ def _user(frame) -> tuple[tuple | None, tuple | None]:
         code = frame.f_code
         found = kinds.get(id(code))
         if found is None or found[3] is not code:
-            found = kinds[id(code)] = (*_classify(code), code)
+            found = _KINDS[id(code)] = (*_classify(code), code)
         kind = found[0]
         if kind == USER:
             return (found[1][0], frame.f_lineno, found[1][1]), via
