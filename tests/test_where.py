@@ -233,3 +233,6 @@ def test_issue_md_says_where_it_was_called_from_without_absolute_paths(tmp_path)
         "- `train.py:9` in `build`, the target's factory: opscan's default step ran its model · via "
         "`timm/layers/mlp.py:48` in `Mlp.forward` (forward, backward)"]
     assert called_from(report, [{"row": 5}]) == ""
+    # an edited report (`opscan repro` reads one opscan may not have written): what is not a place is left out
+    for ops in ("x", [7], [{"where": "x"}], [{"where": [3, {"file": 5}, {"file": "a.py", "via": "x"}]}]):
+        assert called_from({"ops": ops}, [{"row": 0}]) == ""

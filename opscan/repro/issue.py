@@ -134,13 +134,23 @@ def snippet_block(findings: list[dict], scripts, device: str) -> list[str]:
 def called_from(report: dict, findings: list[dict]) -> str:
     """"Called from": the lines of the user's code that made the findings' calls (the rows' `where`, paths relative to
     the project; a path still absolute after redaction is cut to its file name), "" when none is known."""
-    rows = report.get("ops") or []
-    places = [p for f in findings if isinstance(f.get("row"), int) and 0 <= f["row"] < len(rows)
-              for p in rows[f["row"]].get("where") or []]
+    rows = report.get("ops") if isinstance(report.get("ops"), list) else []  # a report opscan may not have written
+    chosen = [rows[f["row"]] for f in findings if isinstance(f.get("row"), int) and 0 <= f["row"] < len(rows)]
+    places = [p for r in chosen if isinstance(r, dict) and isinstance(r.get("where"), list)
+              for p in r["where"] if _is_place(p)]
     lines = list(dict.fromkeys(_place_line(p) for p in places))
     if not lines:
         return ""
     return "Called from (the scanned code's lines that made these calls):\n\n" + "\n".join(lines) + "\n"
+
+
+def _is_place(place) -> bool:
+    """A `where` entry as opscan writes it (report/where.py): what else an edited report holds is left out."""
+    if not isinstance(place, dict) or not isinstance(place.get("phases", []), list):
+        return False
+    via = place.get("via")
+    return (place.get("file") is None or isinstance(place.get("file"), str)) and (
+        via is None or isinstance(via, dict) and {"file", "line", "function"} <= set(via))
 
 
 def _place_line(place: dict) -> str:
@@ -148,12 +158,12 @@ def _place_line(place: dict) -> str:
         name = str(file).rsplit("/", 1)[-1] if str(file).startswith("/") else file
         return f"`{inline_code(f'{name}:{line}')}` in `{inline_code(function)}`"
 
-    parts = [at(place["file"], place["line"], place["function"])] if place.get("file") else []
+    parts = [at(place["file"], place.get("line"), place.get("function"))] if place.get("file") else []
     if place.get("by") == "factory":
         parts[-1:] = [parts[-1] + ", the target's factory: opscan's default step ran its model"] if parts else []
     if place.get("via"):
         parts.append("via " + at(place["via"]["file"], place["via"]["line"], place["via"]["function"]))
-    return f"- {' · '.join(parts)} ({inline_code(', '.join(place.get('phases') or []))})"
+    return f"- {' · '.join(parts)} ({inline_code(', '.join(map(str, place.get('phases') or [])))})"
 
 
 def _not_torchs(op: str) -> str:
