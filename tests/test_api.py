@@ -271,9 +271,19 @@ def tricky():
 
 def test_analyze_gives_the_rows_and_lane_of_the_cli(tricky):
     analyzed, scanned = tricky
-    assert [r.to_dict() for r in analyzed.ops] == [r.to_dict() for r in scanned.ops]
+    # the same rows, lines of the user's code included; only the CLI has a factory to stand in for the calls opscan's
+    # default step makes itself (the loss, AdamW): objects in memory have none (report/where.py)
+    assert [_called(r) for r in analyzed.ops] == [_called(r) for r in scanned.ops]
+    assert not any(p["by"] == "factory" for r in analyzed.ops for p in r.where)
+    assert any(p["by"] == "factory" for r in scanned.ops for p in r.where)
     assert analyzed.lane == scanned.lane and analyzed.lane.name == "linux-gpu-first"
     assert analyzed.model == "opscan.analyze(Tricky)" and analyzed.model_name == "Tricky"
+
+
+def _called(row) -> dict:
+    """A row's JSON without the places a factory stands in for."""
+    found = row.to_dict()
+    return {**found, "where": [p for p in found["where"] if p["by"] != "factory"]}
 
 
 def test_analyze_measures_in_probe_workers_when_given_a_device():

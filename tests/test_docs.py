@@ -151,7 +151,7 @@ def test_readme_stays_a_front_page_with_the_contract_sections():
     assert ranks == {v.value: v.rank for v in Verdict}
     lanes = re.findall(r"^- `([a-z-]+)`:", section(text, "Lanes"), re.M)
     assert lanes == [lane.value for lane in LaneName]
-    assert "docs/report-schema.md" in section(text, "Report JSON (schema_version 2)")
+    assert "docs/report-schema.md" in section(text, "Report JSON (schema_version 3)")
 
 
 def test_the_checker_catches_what_it_should(tmp_path):

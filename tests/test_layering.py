@@ -141,7 +141,7 @@ PROCESS_STATE = {
     "opscan.memory.tracker._MUTABLE": "cache keyed by the operator (immutable): whether its schema mutates",
     "opscan.trace.call_cache._cacheable_ops": "cache keyed by the operator: whether FakeTensorMode caches it",
     "opscan.trace.recorder._FACTS": "cache keyed by the operator: its OpKey",
-    "opscan.trace.frames._KINDS": "cache keyed by the code object (immutable): its kind and torch unit",
+    "opscan.trace.frames._KINDS": "cache keyed by the code object (immutable): its kind, torch unit or place",
     "opscan.trace.tensors._DTYPES": "cache keyed by torch.dtype: its name and element size",
     "opscan.trace.tensors._DEVICE_NAMES": "cache keyed by torch.device: its name",
     "opscan.trace.collector._depth": "nesting of gc.freeze blocks: mirrors the collector's own process-wide state",

@@ -8,6 +8,7 @@ a spec, and the step runs on copies of them in this process (api/isolation.py). 
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Callable
 
 from opscan.errors import TargetError
@@ -40,6 +41,7 @@ def analyze(model: Any, example_inputs: Any, *, optimizer: Any = None, loss_fn: 
     from opscan.scan import prepare_loaded, scan
     from opscan.target.load import Target
     from opscan.target.run import RunContext
+    from opscan.target.user_code import project_folder
 
     _check(model, optimizer, loss_fn, train_step, inference)
     options = _options(model, inference, torch_version, macos, dtype, device, memory, fx)
@@ -50,7 +52,7 @@ def analyze(model: Any, example_inputs: Any, *, optimizer: Any = None, loss_fn: 
         copies = copies_of(model, example_inputs, optimizer, loss_fn, train_step)
         target = Target(spec=options.target, name=name or type(model).__name__, model=copies.model,
                         inputs=copies.inputs, train_step=copies.train_step, loss_fn=copies.loss_fn,
-                        build_optimizer=optimizer_for(copies))
+                        build_optimizer=optimizer_for(copies), project=project_folder(os.path.join(os.getcwd(), "_")))
         report = scan(options, prepared=prepare_loaded(target, options, kb, ctx), ctx=ctx)
     check_unchanged(fingerprint)
     return NotebookReport.of(report)

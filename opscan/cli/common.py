@@ -27,7 +27,7 @@ from opscan.trust.text import ascii_text, encodable, printable
 log = logging.getLogger("opscan")
 VERDICT_NAMES = ("native", "unknown", "cpu_fallback", "unsupported", "unsupported_dtype", "mismatch",
                  "error", "crash", "timeout")
-FORMAT_NAMES = ("table", "json", "yaml", "html", "junit")
+FORMAT_NAMES = ("table", "json", "yaml", "html", "junit", "sarif", "github")
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
 
 

@@ -1,10 +1,10 @@
 """Render stage: the human table (the only module that imports rich).
 
 Layout: a header naming what was predicted for, one summary line per verdict (unknown always shown),
-how the calls were decided, the rows grouped by module (non-native only unless verbose), a numbered
-"why, and what to do" entry per finding (evidence, source, CPU-side op, remedy), with `tree=True`
-the module tree coloured by each module's worst verdict, the CPU<->MPS bytes per step with the costliest
-calls, the memory estimate, and the lane with the rows that decided it.
+how the calls were decided, the rows grouped by module (non-native only unless verbose; the user's line that made
+them, when known), a numbered "why, and what to do" entry per finding (where in the user's code, evidence, source,
+CPU-side op, remedy), with `tree=True` the module tree coloured by each module's worst verdict, the CPU<->MPS bytes
+per step with the costliest calls, the memory estimate, and the lane with the rows that decided it.
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ from rich.tree import Tree
 
 from opscan.opkey import signature_text
 from opscan.report import Report, Row
+from opscan.report.where import place_text, short_places
 from opscan.trust.text import printable
 from opscan.units import human_bytes as _bytes
 from opscan.verdict import Verdict
 
+WHERE_LINES = 3  # places of the user's code shown under a finding
 PHASE_SHORT = {"forward": "fwd", "loss": "loss", "backward": "bwd", "optimizer": "opt"}
 STYLE = {
     Verdict.NATIVE: "green", Verdict.UNKNOWN: "yellow", Verdict.CPU_FALLBACK: "dark_orange",
@@ -144,7 +146,8 @@ def _rows_table(rows: tuple[Row, ...], with_rule: bool) -> Table:
     else:
         measured = ()
     rule = ("rule",) if with_rule else ()
-    columns = ("#", "module", "op", "dtypes", "verdict", *measured, "calls", "phases", *rule)
+    at = ("where",) if any(r.where for r in rows) else ()  # the user's line (report/where.py), when known
+    columns = ("#", "module", "op", "dtypes", "verdict", *measured, "calls", "phases", *at, *rule)
     for column in columns:
         # a verdict or a count split over two lines is misread; op names keep their width up to 40;
         # the other columns fold when narrow
@@ -157,6 +160,7 @@ def _rows_table(rows: tuple[Row, ...], with_rule: bool) -> Table:
             f"[{STYLE[row.verdict]}]{row.verdict.value}[/]",
             *((_measured_cell(row),) if measured else ()), str(row.calls),
             ",".join(PHASE_SHORT.get(p, p) for p in row.phases),
+            *((escape(short_places(row.where)),) if at else ()),
             *((escape(row.evidence.rule + (f" (CPU trace: {row.cpu_op.display})" if row.cpu_op else "")),)
               if with_rule else ()),
         )
@@ -179,6 +183,10 @@ def _modules(row: Row) -> str:
 def _finding(number: int, row: Row) -> str:
     lines = [f"[{number}] {escape(row.op.display)} ({escape(signature_text(row.dtypes))}): "
              f"[{STYLE[row.verdict]}]{row.verdict.value}[/] ({row.source.value})"]
+    lines += [f"    {'where:' if i == 0 else '      '} {escape(place_text(place))} ({_phases_of(place)})"
+              for i, place in enumerate(row.where[:WHERE_LINES])]
+    if len(row.where) > WHERE_LINES:
+        lines.append(f"           … and {len(row.where) - WHERE_LINES} more places (see report.json)")
     lines.append(f"    why: {escape(row.evidence.text)}")
     lines.append(f"    rule: {escape(row.evidence.rule)} · source: {escape(row.evidence.source)}")
     if row.predicted:
@@ -191,6 +199,10 @@ def _finding(number: int, row: Row) -> str:
     if row.remedy:
         lines.append(f"    fix: {escape(row.remedy)}")
     return "\n".join(lines)
+
+
+def _phases_of(place: dict) -> str:
+    return ", ".join(place["phases"]) + f", {place['calls']} call{'s' * (place['calls'] != 1)}"
 
 
 def _module_tree(report: Report) -> Tree:

@@ -1,6 +1,7 @@
 """Render stage: the self-contained HTML report (one file: inline CSS, inline SVG, two tiny inline scripts).
 
-Sections: the verdict summary and the lane with its reasons; each finding with its evidence, remedy and
+Sections: the verdict summary and the lane with its reasons; each finding with where in the user's code its calls
+were made (report/where.py), its evidence, remedy and
 upgrade advice and a drawing of its neighbourhood in its module context (render/svg.py; never the whole
 graph); host<->device transfers (totals, per phase, the ranking, fallback regions and what moving each to
 the CPU explicitly saves); the module tree coloured by worst verdict; the op table; memory (when the report
@@ -14,6 +15,7 @@ from html import escape
 
 from opscan.opkey import signature_text
 from opscan.report import Report, Row
+from opscan.report.where import place_text, short_places
 from opscan.render.html_assets import ERROR_HOOK, PAGE_SCRIPT, STYLE
 from opscan.render.html_memory import memory_html
 from opscan.render.svg import neighbourhood_svg
@@ -86,6 +88,8 @@ def _finding(number: int, index: int, row: Row, nb, order, types, transfers) -> 
              f"modules: {escape(', '.join(m or '(model)' for m in row.modules[:5]))} · {row.calls} calls</p>"]
     if row.cpu_op is not None:
         lines.append(f'<p class="small">CPU trace shows {escape(row.cpu_op.display)}</p>')
+    if row.where:
+        lines.append(_where(row.where))
     if row.remedy:
         lines.append(f"<p><b>Fix:</b> {escape(row.remedy)}</p>")
     if row.since:
@@ -97,6 +101,19 @@ def _finding(number: int, index: int, row: Row, nb, order, types, transfers) -> 
     if nb is not None:
         lines.append(f'<div class="graph-box">{neighbourhood_svg(nb, order, types)}</div>')
     return f'<article class="card finding" id="finding-{index}" data-row="{index}">{"".join(lines)}</article>'
+
+
+def _where(places) -> str:
+    """The user's lines that made the row's calls (report/where.py), one list item each."""
+    items = "".join(f"<li><code>{escape(place_text(p, via=False))}</code>"
+                    + (f' <span class="small">via <code>{escape(_via(p["via"]))}</code></span>' if p["via"] else "")
+                    + f' <span class="small">({escape(", ".join(p["phases"]))}, {p["calls"]} calls)</span></li>'
+                    for p in places)
+    return f'<div class="where"><b>Where in your code:</b><ul>{items}</ul></div>'
+
+
+def _via(via: dict) -> str:
+    return f"{via['file']}:{via['line']} in {via['function']}"
 
 
 def _cost_cells(c: dict) -> str:
@@ -194,13 +211,14 @@ def _ops(report: Report, filter_box: bool = True) -> str:
         f"<tr><td>{escape(r.op.display)}</td><td><code>{escape(signature_text(r.dtypes))}</code></td>"
         f"<td>{_v(r.verdict.value)}</td><td class=\"num\">{r.calls}</td><td>{escape(','.join(r.phases))}</td>"
         f"<td>{escape(', '.join(m or '(model)' for m in r.modules[:3]))}{' …' if len(r.modules) > 3 else ''}</td>"
+        f"<td>{escape(short_places(r.where))}</td>"
         f"<td>{escape(r.evidence.text)}<br><span class=\"small\">{escape(r.evidence.rule)} · "
         f"{escape(r.evidence.source)}</span></td><td>{escape(r.remedy or '')}</td>"
         f"<td>{escape(r.since or '')}</td></tr>" for _, r in rows)
     box = '<input id="op-filter" type="search" placeholder="filter rows" aria-label="filter rows">' * filter_box
     return (f'<section id="ops"><h2>Operators ({len(report.rows)} rows)</h2>{box}'
             f"<table><thead><tr><th>op</th><th>dtypes</th><th>verdict</th><th>calls</th><th>phases</th>"
-            f"<th>modules</th><th>evidence</th><th>remedy</th><th>native since</th></tr></thead>"
+            f"<th>modules</th><th>where</th><th>evidence</th><th>remedy</th><th>native since</th></tr></thead>"
             f"<tbody>{body}</tbody></table></section>")
 
 

@@ -8,7 +8,7 @@ from opscan.report import Report
 
 
 def render_json(report: Report, **_) -> str:
-    """The report as indented JSON (schema v2)."""
+    """The report as indented JSON (schema v3)."""
     return report.to_json(indent=2) + "\n"
 
 

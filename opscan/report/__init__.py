@@ -1,7 +1,7 @@
 """Report stage: one immutable `Report` built from the trace's rows and their classifications.
 
-Pure data, no torch: reporters and the CLI read it; `to_dict()` is the report JSON (schema v2,
-documented in docs/report-schema.md and in opscan/schema/report-v2.json). Every section says what it rests on: a row
+Pure data, no torch: reporters and the CLI read it; `to_dict()` is the report JSON (schema v3,
+documented in docs/report-schema.md and in opscan/schema/report-v3.json). Every section says what it rests on: a row
 its `source`, and so do the lane, graph, transfers, upgrade, memory, measurement and repro sections
 ("predicted" or "measured"); `mode` is predicted, measured (on mps) or simulated (a test double, tests only).
 assemble.py builds the Report from a scan's stages (opscan/scan.py calls it).
@@ -18,8 +18,9 @@ from opscan.graph.lanes import Lane
 from opscan.opkey import OpKey
 from opscan.verdict import Classification, Evidence, Source, Verdict
 
-SCHEMA_VERSION = 2  # 2: lane.why (kind, row, text) and lane.source beside lane.reasons; `source` in every section;
-# mode "simulated"; measurement.simulated; comparisons may be unchecked (within null) or by shape
+SCHEMA_VERSION = 3  # 2: lane.why (kind, row, text) and lane.source beside lane.reasons; `source` in every section;
+# mode "simulated"; measurement.simulated; comparisons may be unchecked (within null) or by shape. 3: a row's `where`
+# (the user's lines that made its calls, report/where.py)
 SECTIONS = ("graph", "transfers", "upgrade", "memory", "measurement", "repro")  # optional, in JSON order
 
 
@@ -42,6 +43,7 @@ class Row:
     predicted: dict[str, Any] | None = None  # measured on MPS: the prediction it replaced ({verdict, evidence})
     measured: dict[str, Any] | None = None  # the probes' measurement (on MPS, or on cpu/cuda beside the prediction)
     silent: dict[str, Any] | None = None  # a known silent bug decided it: the entry and the calls meeting it
+    where: tuple[dict[str, Any], ...] = ()  # the user's lines that made its calls, in step order (report/where.py)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (contract field names); `predicted`/`measured` only when probes ran, `silent` only when a
@@ -62,6 +64,7 @@ class Row:
             "modules": list(self.modules),
             "calls": self.calls,
             "shapes": [list(s) for s in self.shapes],
+            "where": [dict(p, phases=list(p["phases"])) for p in self.where],
             **extra,
         }
 
@@ -120,7 +123,7 @@ class Report:
         return tuple(sorted((r for r in self.rows if r.verdict.rank > 0), key=lambda r: -r.verdict.rank))
 
     def to_json(self, indent: int | None = 2) -> str:
-        """The report JSON (schema v2) as text: `json.loads(report.to_json()) == report.to_dict()`."""
+        """The report JSON (schema v3) as text: `json.loads(report.to_json()) == report.to_dict()`."""
         return json.dumps(self.to_dict(), indent=indent)
 
     def worst(self) -> Verdict:
@@ -128,7 +131,7 @@ class Report:
         return max((r.verdict for r in self.rows), key=lambda v: v.rank, default=Verdict.NATIVE)
 
     def to_dict(self) -> dict[str, Any]:
-        """The report JSON, schema v2 (SCHEMA_VERSION)."""
+        """The report JSON, schema v3 (SCHEMA_VERSION)."""
         return {
             "schema_version": self.schema_version,
             "opscan_version": self.opscan_version,
@@ -160,6 +163,7 @@ class RowUse:
     calls: int
     shapes: tuple[tuple[int, ...], ...]
     silent: dict[str, Any] | None = None  # report/silent.py: the silent bug that decided the row, its calls
+    where: tuple[dict[str, Any], ...] = ()  # report/where.py
 
 
 def make_row(use: RowUse, found: Classification, source: Source = Source.PREDICTED) -> Row:
@@ -168,6 +172,7 @@ def make_row(use: RowUse, found: Classification, source: Source = Source.PREDICT
         op=use.op, dtypes=use.dtypes, verdict=found.verdict, source=source,
         evidence=found.evidence, remedy=found.remedy, since=found.since, cpu_op=use.cpu_op,
         phases=use.phases, modules=use.modules, calls=use.calls, shapes=use.shapes, silent=use.silent,
+        where=use.where,
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from opscan import __version__
 from opscan.opkey import Release
 from opscan.report import Report, RowUse, count_phases, disagreements, make_row, measured_rows
+from opscan.report.where import places
 from opscan.verdict import Classification, Source
 
 
@@ -31,7 +32,7 @@ def build_report(prepared, model: str, predicted: list, memory, measurement) -> 
     kb, target, trace, view = prepared.kb, prepared.target, prepared.trace, prepared.view
     since, upgrade = since_and_upgrade(view, predicted, kb, prepared.caches)
     rows = tuple(make_row(use, with_since(found, since.get((use.op, use.dtypes)), kb.release))
-                 for use, found in collect_rows(view, predicted))
+                 for use, found in collect_rows(view, predicted, trace.calls, target.project))
     verdicts, source = [v.verdict for v in predicted], Source.PREDICTED
     if measurement is not None:
         rows = measured_rows(rows, measurement.rows, measurement.stands_for_mps, _platform(measurement))
@@ -92,8 +93,9 @@ def graph_stage(trace, view, verdicts, rows, memory: dict[str, Any] | None = Non
             "transfers": {**transfer_section(transfers, regions(g, transfers)), "source": source.value}}
 
 
-def collect_rows(view, verdicts) -> list[tuple[RowUse, Classification]]:
-    """Group MPS-view calls by (OpKey, input dtypes) in first-seen order; the worst verdict wins."""
+def collect_rows(view, verdicts, trace_calls=(), project: str | None = None) -> list[tuple[RowUse, Classification]]:
+    """Group MPS-view calls by (OpKey, input dtypes) in first-seen order; the worst verdict wins. `trace_calls`
+    (the CPU trace's) give each row its `where`, with file names relative to `project` (report/where.py)."""
     from opscan.report.silent import with_silent
 
     groups: dict[tuple, list] = {}
@@ -102,16 +104,17 @@ def collect_rows(view, verdicts) -> list[tuple[RowUse, Classification]]:
     out = []
     for (op, dtypes), group in groups.items():
         worst = max((f for _, f in group), key=lambda f: f.verdict.rank)
-        out.append(with_silent(_use(op, dtypes, [c for c, _ in group]), worst, group))
+        out.append(with_silent(_use(op, dtypes, [c for c, _ in group], trace_calls, project), worst, group))
     return out
 
 
-def _use(op, dtypes, calls) -> RowUse:
+def _use(op, dtypes, calls, trace_calls=(), project: str | None = None) -> RowUse:
     shapes = tuple(dict.fromkeys(c.inputs[0].shape for c in calls if c.inputs and -1 not in c.inputs[0].shape))
     return RowUse(
         op=op, dtypes=dtypes, cpu_op=next((c.cpu_op for c in calls if c.cpu_op), None),
         phases=tuple(dict.fromkeys(c.phase for c in calls)),
         modules=tuple(dict.fromkeys(c.module for c in calls)), calls=len(calls), shapes=shapes[:3],
+        where=places(calls, trace_calls, project),
     )
 
 

@@ -1,9 +1,10 @@
 """Repro stage: ISSUE.md for one failing OpKey, in the shape of PyTorch's bug report template. Pure.
 
 Title, "🐛 Describe the bug" (what happens; a minimal snippet of at most 15 lines a maintainer can paste,
-snippet.py; the opscan command; every dtype signature and shape affected; the first repro script, attached beside
-ISSUE.md rather than inlined, and its output — the real one when given, else the outcome opscan's probe recorded on that
-device; a script that could not run where it was run (exit 2 "cannot run here": a bundle for MPS run off a Mac)
+snippet.py; the opscan command; "Called from": the lines of the scanned code that made the calls (the rows'
+`where`, paths relative to the project); every dtype signature and shape affected; the first repro script, attached
+beside ISSUE.md rather than inlined, and its output — the real one when given, else the outcome opscan's probe recorded
+on that device; a script that could not run where it was run (exit 2 "cannot run here": a bundle for MPS run off a Mac)
 is said to be not run, with the reason it printed, never shown as the device's output), "Expected behavior", and
 "Versions": a placeholder for `python -m torch.utils.collect_env` plus what it does not show for MPS (macOS, chip,
 PYTORCH_ENABLE_MPS_FALLBACK). A missing kernel links PyTorch's MPS op-coverage tracking issue. Text from the
@@ -111,6 +112,7 @@ def issue_text(report: dict, op: str, findings: list[dict], scripts: list[tuple[
              f"{_not_torchs(op)}\n",
              *snippet_block(findings, scripts, device),
              "opscan found it while scanning a training step with:\n", fenced(repro.get("command") or ""),
+             called_from(report, findings),
              _affected(findings, device, repro.get("measured_on")), _tracking(verdict)]
     parts += _repro_block(scripts, device, real_outputs or {}, report)
     parts += ["### Expected behavior\n", f"{expected}\n", _versions(report, device, scripts, real_outputs or {})]
@@ -127,6 +129,41 @@ def snippet_block(findings: list[dict], scripts, device: str) -> list[str]:
     return [f"Minimal repro (save it as `repro.py`; `python repro.py` runs it on {device}, `python repro.py cpu` on "
             "the CPU): it prints the error the call raises, or compares its result with the CPU's, and exits 1 when "
             "the failure reproduces, 0 when it does not.\n", fenced(text, "python")]
+
+
+def called_from(report: dict, findings: list[dict]) -> str:
+    """"Called from": the lines of the user's code that made the findings' calls (the rows' `where`, paths relative to
+    the project; a path still absolute after redaction is cut to its file name), "" when none is known."""
+    rows = report.get("ops") if isinstance(report.get("ops"), list) else []  # a report opscan may not have written
+    chosen = [rows[f["row"]] for f in findings if isinstance(f.get("row"), int) and 0 <= f["row"] < len(rows)]
+    places = [p for r in chosen if isinstance(r, dict) and isinstance(r.get("where"), list)
+              for p in r["where"] if _is_place(p)]
+    lines = list(dict.fromkeys(_place_line(p) for p in places))
+    if not lines:
+        return ""
+    return "Called from (the scanned code's lines that made these calls):\n\n" + "\n".join(lines) + "\n"
+
+
+def _is_place(place) -> bool:
+    """A `where` entry as opscan writes it (report/where.py): what else an edited report holds is left out."""
+    if not isinstance(place, dict) or not isinstance(place.get("phases", []), list):
+        return False
+    via = place.get("via")
+    return (place.get("file") is None or isinstance(place.get("file"), str)) and (
+        via is None or isinstance(via, dict) and {"file", "line", "function"} <= set(via))
+
+
+def _place_line(place: dict) -> str:
+    def at(file, line, function) -> str:
+        name = str(file).rsplit("/", 1)[-1] if str(file).startswith("/") else file
+        return f"`{inline_code(f'{name}:{line}')}` in `{inline_code(function)}`"
+
+    parts = [at(place["file"], place.get("line"), place.get("function"))] if place.get("file") else []
+    if place.get("by") == "factory":
+        parts[-1:] = [parts[-1] + ", the target's factory: opscan's default step ran its model"] if parts else []
+    if place.get("via"):
+        parts.append("via " + at(place["via"]["file"], place["via"]["line"], place["via"]["function"]))
+    return f"- {' · '.join(parts)} ({inline_code(', '.join(map(str, place.get('phases') or [])))})"
 
 
 def _not_torchs(op: str) -> str:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
+
+from opscan.target.user_code import project_folder
 
 DATA = frozenset({"inline", "feed_inline"})  # tensor values (base64): data, never text
-MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 HOMES = re.compile(r"(?<![\w.:/+=-])/(?:Users|home)/(?!runner/)[^/\s'\"`]+")
 
 
@@ -60,8 +60,4 @@ def project_of(target: str) -> str | None:
     location = target.rpartition(":")[0] or target
     if not location.startswith("/") or not location.endswith(".py"):
         return None
-    folder = Path(location).parent
-    for candidate in (folder, *folder.parents):
-        if any((candidate / marker).exists() for marker in MARKERS):
-            return str(candidate) if candidate != Path(candidate.anchor) else str(folder)
-    return str(folder)
+    return project_folder(location)

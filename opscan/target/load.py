@@ -29,6 +29,7 @@ from opscan.units import human_bytes
 from opscan.target.inputs import InputSpec, random_inputs
 from opscan.target.once import custom_op_libraries, loaded_module, redefined, redefined_warning
 from opscan.target.run import RunContext
+from opscan.target.user_code import anchor_of, own_file, project_folder
 
 log = logging.getLogger("opscan")
 
@@ -48,6 +49,10 @@ class Target:
     loss_fn: Callable | None
     build_optimizer: Callable | None
     fake: Any = None  # trace.fake.FakeBuild: the FakeTensorMode model and inputs were built in, or None
+    # the factory as (file, line of its def, qualname) when it is the user's own code: the `where` of a call no line
+    # of the user's code made (opscan's default step running a library model, trace/frames.py)
+    anchor: tuple[str, int, str] | None = None
+    project: str | None = None  # the user's project folder: `where` paths are relative to it (target/user_code.py)
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -164,6 +169,8 @@ def load_target(spec: str, factory_args: dict[str, Any], input_specs: list[Input
         loss_fn=_hook(module, "loss_fn"),
         build_optimizer=_hook(module, "build_optimizer"),
         fake=fake,
+        anchor=anchor_of(factory),
+        project=_project(module),
     )
 
 
@@ -234,6 +241,12 @@ def _user_traceback() -> str:
               if not f.filename.startswith((_OPSCAN_DIR, _IMPORTLIB_DIR, "<frozen importlib"))]
     lines = traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc)
     return "Traceback (opscan frames removed):\n" + "".join(lines)
+
+
+def _project(module: ModuleType) -> str | None:
+    """The project folder of the target's file (a module target's, when it is the user's own code)."""
+    path = getattr(module, "__file__", None)
+    return project_folder(os.path.abspath(path)) if path and own_file(os.path.abspath(path)) else None
 
 
 def _hook(module: ModuleType, name: str) -> Callable | None:

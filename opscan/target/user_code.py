@@ -4,6 +4,11 @@
 its line, instead of ending opscan with the target's exit code; `user_frame` and `where_in_dump` find the
 innermost frame of the target's code in a traceback or a faulthandler dump. Which stage of the target's code
 runs now is the run's (RunContext.running, target/run.py). No torch here.
+
+`own_file`, `installed_part`, `anchor_of` and `project_folder` say which files are the user's own code (the
+trace's `where`, trace/frames.py): not opscan's, torch's, the standard library's, an installed library's
+(site-packages, dist-packages) nor generated code (`<string>`); and the project folder that paths are written
+relative to: the nearest folder holding `.git`, `pyproject.toml`, `setup.py` or `setup.cfg`, else the file's own.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from opscan.errors import TargetError
 _OPSCAN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
 _TORCH_PART = os.sep + "torch" + os.sep
+_INSTALLED = tuple(os.sep + part + os.sep for part in ("site-packages", "dist-packages"))
+MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 _FRAME = re.compile(r'^\s*File "(?P<file>.*)", line (?P<line>\d+) in (?P<name>\S+)')  # a faulthandler line
 
 
@@ -48,6 +55,50 @@ def _is_users(filename: str) -> bool:
     if path.startswith(("<frozen", _OPSCAN_DIR)) or _TORCH_PART in path:
         return False
     return not path.startswith(_STDLIB_DIR) or "-packages" + os.sep in path[len(_STDLIB_DIR):]
+
+
+def installed_part(path: str) -> str | None:
+    """The path of an installed library's file inside its site-packages (dist-packages) folder, POSIX-style
+    ("transformers/models/bert/modeling_bert.py"); None for a file outside them."""
+    cut = max(path.rfind(part) + len(part) if part in path else -1 for part in _INSTALLED)
+    return path[cut:].replace(os.sep, "/") if cut >= 0 else None
+
+
+def own_file(path: str) -> bool:
+    """Whether an absolute file name is the user's own code (see the module docstring)."""
+    if path.startswith("<") or installed_part(path) is not None:
+        return False
+    return not path.startswith(_OPSCAN_DIR) and _TORCH_PART not in path and not path.startswith(_STDLIB_DIR)
+
+
+def anchor_of(func) -> tuple[str, int, str] | None:
+    """(absolute file, line of its `def`, qualname) of a function of the user's own code, else None."""
+    code = getattr(func, "__code__", None)
+    if code is None or code.co_filename.startswith("<"):
+        return None
+    path = os.path.abspath(code.co_filename)
+    return (path, code.co_firstlineno, getattr(code, "co_qualname", code.co_name)) if own_file(path) else None
+
+
+def project_folder(file: str) -> str:
+    """The project folder of an absolute file name (see the module docstring); a file at the filesystem's root
+    has its own folder."""
+    folder = os.path.dirname(os.path.abspath(file))
+    candidate = folder
+    while True:
+        if any(os.path.exists(os.path.join(candidate, marker)) for marker in MARKERS):
+            return folder if candidate == os.path.dirname(candidate) else candidate
+        parent = os.path.dirname(candidate)
+        if parent == candidate:
+            return folder
+        candidate = parent
+
+
+def relative_to(path: str, folder: str | None) -> str:
+    """`path` relative to `folder` (POSIX-style) when it lies inside it, else as it is."""
+    if folder and path.startswith(folder.rstrip(os.sep) + os.sep):
+        return path[len(folder.rstrip(os.sep)) + 1:].replace(os.sep, "/")
+    return path
 
 
 def _short(filename: str) -> str:

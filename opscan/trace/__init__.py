@@ -90,6 +90,7 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
     # what the trace asks of the release, kept
     release = Questions(has_mps_kernel, expand, options.macos, amp, options.release)
     recorder = CallRecorder(tracker, mapper, phases, release.expands)
+    recorder.sites.anchor = target.anchor  # the factory: the CallSite of a call no line of the user's made
     lens = Lens(release, clock=lambda: len(recorder.calls), tracker=tracker, paused=lambda: recorder.expanding,
                 spans=spans)
     recorder.index_parameters(model)

@@ -25,7 +25,7 @@ from opscan.opkey import OpKey
 from opscan.trace.argspec import encode as encode_args
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker, backward_module
 from opscan.trace.bookkeeping import is_bookkeeping
-from opscan.trace.frames import where
+from opscan.trace.frames import Sites
 from opscan.trace.guard import call_through
 from opscan.trace.hooks import run_composite
 from opscan.trace.records import OpCall, TensorMeta
@@ -61,8 +61,8 @@ class CallRecorder(TorchDispatchMode):
         self.below = None  # the memory tracker, handed every call this mode passes on (its `observe`)
         self.event_marks: list[int] | None = None  # per call, the tracker's events before it (repeat.py)
         self._muted = False
-        self._sites: dict[tuple, tuple] = {}  # (py chain, caller) -> itself: one tuple per calling place
-        self._parent_site: tuple = ((), None)  # the site of the last top-level call (its callees share it)
+        self.sites = Sites()  # the calling places (py chain, caller, the user's line), each kept once
+        self._parent_site: tuple = ((), None, None)  # the site of the last top-level call (its callees share it)
 
     def index_parameters(self, model: torch.nn.Module) -> None:
         """Remember parameter storages so optimizer calls can be attributed to their module."""
@@ -117,9 +117,8 @@ class CallRecorder(TorchDispatchMode):
         return out
 
     def _site(self, frame) -> tuple:
-        """(py chain, caller) of a call, interned: calls from one place share one tuple."""
-        chain, caller = where(frame)
-        self._parent_site = self._sites.setdefault((chain, caller), (chain, caller))
+        """(py chain, caller, CallSite) of a call, interned: calls from one place share one tuple."""
+        self._parent_site = self.sites.of(frame)
         return self._parent_site
 
     def note_call(self, op: OpKey, raised: str, args=(), kwargs=None) -> None:
@@ -144,7 +143,8 @@ class CallRecorder(TorchDispatchMode):
         finally:
             self._muted = False
 
-    def _store(self, index, op, phase, inputs, outputs, args, kwargs, spec, expanded, raised, site=((), None)) -> None:
+    def _store(self, index, op, phase, inputs, outputs, args, kwargs, spec, expanded, raised,
+               site=((), None, None)) -> None:
         module, how = self._module(phase, inputs)
         if how == "parameter" and phase == "optimizer":
             for t in outputs:  # optimizer state made from a parameter belongs to its module
@@ -154,7 +154,8 @@ class CallRecorder(TorchDispatchMode):
         self.calls[index] = OpCall(
             index, op, phase, module, inputs, outputs, is_bookkeeping(op),
             self.fx_node if phase == "forward" else None, how, _current_node(),
-            self._parents[-1] if self._parents else None, expanded, attrs, spec, raised, site[0], site[1])
+            self._parents[-1] if self._parents else None, expanded, attrs, spec, raised, site[0], site[1],
+            self.sites.where(phase, site[2]))
 
     def _through(self, func, args, kwargs, ins=None):
         """The call as the modes below (the memory tracker, a fake mode) and the kernels run it."""

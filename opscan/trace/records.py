@@ -54,6 +54,25 @@ class TensorMeta:
 
 
 @dataclass(frozen=True)
+class CallSite:
+    """Where the user's code made a call (trace/frames.py): the innermost frame of the user's own code — for a
+    backward call, of the forward call that created the autograd node it runs — and the installed library's
+    frame below it (`via`: the library's own line that called torch).
+
+    `by`: "call" (a frame on the stack when the call was made; for a backward call whose node is not known, the
+    line that called `backward()`), "node" (a backward call: the forward call that created its node), "factory"
+    (no frame of the user's code was on the stack — opscan's default step ran the model, its loss or optimizer —
+    so the target's factory, whose model it was, stands in: file and line of its `def`). Files: the user's
+    absolute, a library's inside site-packages."""
+
+    file: str | None  # None: no user frame and no factory of the user's (only `via`)
+    line: int | None
+    function: str | None  # the qualname of the user's function
+    via: tuple[str, int, str] | None = None  # (file, line, qualname) of the library frame below
+    by: str = "call"
+
+
+@dataclass(frozen=True)
 class OpCall:
     """One dispatched operator call, in order."""
 
@@ -76,6 +95,7 @@ class OpCall:
     # up to the one the step's code called); () when none did (the autograd engine, the step calling an op directly)
     py: tuple[str, ...] = ()
     caller: tuple[str, int] | None = None  # the first frame outside torch and opscan: (file, line) (trace/frames.py)
+    where: CallSite | None = None  # the user's line that made the call (trace/frames.py); None: no user/library frame
 
     @property
     def dtypes(self) -> tuple[str, ...]:
