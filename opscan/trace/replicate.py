@@ -55,7 +55,7 @@ def replicate(calls, groups, units: Units, coder: Coder, first_free: int) -> Ass
             parent = None if c.parent is None else new_of[(c.parent, None)]
             fields = (c.op, c.phase, c.module, c.bookkeeping, c.fx_node, c.module_source,
                       coder.unnode(("G", c.node), 0), parent, c.expanded, c.attrs, c.args_spec, c.raised, c.py,
-                      c.caller)
+                      c.caller, c.where)
             walker.add(fields, [(t, t.storage) for t in c.inputs], [(t, t.storage) for t in c.outputs])
             continue
         k, unit = (2, where[i][1]) if fp is not None else where[i]
@@ -206,7 +206,7 @@ def renumber(calls, first_free: int) -> tuple[OpCall, ...]:
     walker = Walker(first_free)
     for c in calls:
         walker.add((c.op, c.phase, c.module, c.bookkeeping, c.fx_node, c.module_source, c.node, c.parent,
-                    c.expanded, c.attrs, c.args_spec, c.raised, c.py, c.caller),
+                    c.expanded, c.attrs, c.args_spec, c.raised, c.py, c.caller, c.where),
                    [(t, t.storage) for t in c.inputs], [(t, t.storage) for t in c.outputs])
     return walker.done()
 

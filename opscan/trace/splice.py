@@ -155,7 +155,7 @@ class Coder:
             ("R", c.parent - unit.start) if c.parent in unit else ("G", c.parent))
         return (c.op, c.phase, self._module(c.module, k), tuple(self._meta(t, k) for t in c.inputs),
                 tuple(self._meta(t, k) for t in c.outputs), c.bookkeeping, self._fx(c.fx_node, k), c.module_source,
-                self.node(c.node, k), parent, c.expanded, c.attrs, c.args_spec, c.raised, c.py, c.caller)
+                self.node(c.node, k), parent, c.expanded, c.attrs, c.args_spec, c.raised, c.py, c.caller, c.where)
 
     def _meta(self, t: TensorMeta, k: int) -> tuple:
         where = self.ids.get(t.storage)
@@ -195,9 +195,9 @@ class Coder:
         """(the OpCall's fields but index, inputs and outputs; inputs and outputs as (TensorMeta, storage id))
         for `renumber`-style assembly (replicate.py `Walker`)."""
         op, phase, module, ins, outs, bookkeeping, fx, source, node, parent, expanded, attrs, spec, raised, py, \
-            caller = code
+            caller, where = code
         fields = (op, phase, self._unmodule(module, fp), bookkeeping, self._unfx(fx, fp), source,
-                  self.unnode(node, fp), parent_of(parent), expanded, attrs, spec, raised, py, caller)
+                  self.unnode(node, fp), parent_of(parent), expanded, attrs, spec, raised, py, caller, where)
         return fields, [(t, self.sid(kind, off, rest, fp)) for t, (kind, off, *rest) in ins], \
             [(t, self.sid(kind, off, rest, fp)) for t, (kind, off, *rest) in outs]
 
