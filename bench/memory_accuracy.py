@@ -2,7 +2,7 @@
 
 **Estimate**: the report's `memory.peak_bytes` — exactly what `opscan TARGET` prints and writes (the
 steady-state peak of the step as MPS runs it, max-pool indices left out: opscan/memory), taken from the
-scan's own stages (`opscan.scan.prepare` + `memory_stage`) on fake tensors.
+scan's own stages (`opscan.scan.prepare` + `memory_stage`) on fake tensors (the ViT on real ones: REAL_BUILD).
 
 **Measured**: the same model, inputs and step function (opscan.trace.step.run_train_step) run for real on
 `--device` — one warm-up step, then the peak over two more, so AdamW's state is there as in the steady
@@ -22,12 +22,28 @@ state. The run dispatches what MPS dispatches wherever cuda would differ, each w
   allocator blocks no tensor owns (MPS runs them in MPSGraph, out of PyTorch's sight); PyTorch's native
   cuda kernels run instead.
 
-`measured` is `torch.cuda.max_memory_allocated()` over the two steps minus the persistent library memory
-alive before them (cuBLAS/cuBLASLt workspaces: the bytes allocated at the reset that no parameter, buffer,
-input or optimizer state holds, 512-byte rounded as the allocator counts them), printed as `workspace MB`.
+Every case runs in a **fresh process** (`--jobs` of them at a time; the allocator's counters are per process, so
+cases beside each other on one GPU do not see each other's memory), the estimate in one child, the real steps
+in another: nothing an earlier case left behind can be counted or subtracted.
+
+`measured` is `torch.cuda.max_memory_allocated()` over the two steps minus two things, each printed:
+- `baseline`: `torch.cuda.memory_allocated()` before the model exists (after CUDA's initialisation: 0 in a fresh
+  process, printed so that it is seen to be);
+- `library`: the bytes allocated at the reset before the two steps that no parameter, buffer, input or
+  optimizer state holds (512-byte rounded as the allocator counts them): libraries' persistent workspaces, made
+  in the warm-up step and alive through the measured ones. Of it, `cuBLAS` is what
+  `torch._C._cuda_clearCublasWorkspaces()` frees after the steps (cuBLAS's and cuBLASLt's per-handle
+  workspaces, one per handle and stream); the rest, if any, is printed beside it
+  as `other`. MPS keeps its libraries' memory (MPSGraph, Metal Performance Shaders) out of PyTorch's allocator,
+  so the estimate leaves it out too.
 `tensors` is the peak of live tensor storages on the device during the same steps (opscan's StorageTracker,
 as a dispatch mode: what kernels return, without kernel-internal scratch); `raw` is max_memory_allocated
-itself. On `--device cpu` (a dry run without a GPU) measured and tensors are both the tracker's peak.
+itself.
+
+On `--device cpu` (a dry run without a GPU) there is no allocator to read: `measured` and `tensors` are the
+tracker's peak on the real CPU steps. That checks the estimate's fake-tensor trace and memory stage against the
+same accounting on real tensors (the kernels the CPU really ran, real autograd, real AdamW state), not against
+an independent measurement; the GPU run is the independent one.
 
 What stays between estimate and measured: the fused dropout inside cuda's math attention (a 1-byte mask
 where MPS keeps float noise: B x H x L x L x 3 bytes per layer in BERT and GPT-2), kernel-internal
@@ -35,11 +51,14 @@ scratch of the native cuda kernels (im2col columns of one sample per convolution
 rounding, and kernels whose cuda implementation allocates differently from the CPU one the trace sees.
 
 Suite (the headline): resnet18 (224x224, batch 16/32/64), BERT-base (sequence 128, batch 4/8/16), GPT-2 small
-(sequence 256, batch 2/4/8). Outside the suite, reported beside it: mobilenet_v3_small (224x224, depthwise
-convolutions, hardswish, squeeze-excite; batch 32/64) and a 4-layer LLaMA (width 512, grouped-query
-attention, RMSNorm, rotary; sequence 512, batch 2/8). No per-model constant anywhere.
+(sequence 256, batch 2/4/8). Outside the suite, reported beside it: a CNN, mobilenet_v3_small (224x224,
+depthwise convolutions, hardswish, squeeze-excite; batch 32/64); a ViT, torchvision's vit_b_16 (224x224, batch
+8/32); an LLM, a 4-layer LLaMA (width 512, grouped-query attention, RMSNorm, rotary; sequence 512, batch 2/8);
+a diffusion UNet, diffusers' UNet2DConditionModel (a small Stable-Diffusion-shaped config: 4 latent channels at
+64x64, blocks of 128/256/256 channels with cross-attention to 77 text tokens of width 256; batch 4/16). No
+per-model constant anywhere.
 
-    PYTHONPATH=. HF_HUB_OFFLINE=1 python bench/memory_accuracy.py                 # the GPU run (cuda)
+    PYTHONPATH=. HF_HUB_OFFLINE=1 python bench/memory_accuracy.py --jobs 4        # the GPU run (cuda)
     PYTHONPATH=. HF_HUB_OFFLINE=1 python bench/memory_accuracy.py --device cpu    # a dry run on the CPU
 
 The last line is `memory_error_max: <pct> %` (worst |estimate/measured - 1| over the suite); the line before
@@ -50,9 +69,12 @@ runs this script's logic on a tiny case.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,8 +87,12 @@ from torch.overrides import TorchFunctionMode  # noqa: E402
 
 SPEC = f"{Path(__file__).resolve()}:build"
 CASES = {"resnet18": (16, 32, 64), "bert": (4, 8, 16), "gpt2": (2, 4, 8)}
-OUTSIDE = {"mobilenet_v3": (32, 64), "llama": (2, 8)}
-TINY = {"tiny_cnn": (2, 4), "tiny_bert": (2, 4), "tiny_attention": (2, 4)}  # CPU checks of this script's logic
+OUTSIDE = {"mobilenet_v3": (32, 64), "vit": (8, 32), "llama": (2, 8), "unet": (4, 16)}
+TINY = {"tiny_cnn": (2, 4), "tiny_bert": (2, 4), "tiny_attention": (2, 4), "tiny_vit": (2, 4),
+        "tiny_unet": (1, 2)}  # CPU checks of this script's logic
+# built on real tensors, as `opscan TARGET` does without --fake: torchvision's ViT initialises its weights with
+# trunc_normal_, which reads a tensor's value (data-dependent under FakeTensorMode, so --fake cannot build it)
+REAL_BUILD = frozenset({"vit", "tiny_vit"})
 ALLOCATOR_ROUNDING = 512  # the cuda caching allocator rounds every block up to a multiple of 512 bytes
 
 
@@ -90,7 +116,42 @@ def build(name: str = "resnet18", batch: int = 32):
         return BertForSequenceClassification(config), {"input_ids": ids, "labels": torch.zeros(batch, dtype=torch.long)}
     if name == "tiny_attention":
         return _TinyAttention(), torch.randn(batch, 128, 32, generator=gen)
+    if name in ("vit", "tiny_vit"):
+        return _vit(name, batch, gen)
+    if name in ("unet", "tiny_unet"):
+        return _unet(name, batch, gen)
     return _causal_lm(name, batch, gen)
+
+
+def _vit(name: str, batch: int, gen):
+    """torchvision's ViT-B/16 at 224x224 (tiny: 2 layers of width 64 at 32x32), 1000 classes."""
+    from torchvision.models import VisionTransformer, vit_b_16
+
+    model = vit_b_16(weights=None) if name == "vit" else VisionTransformer(32, 8, 2, 2, 64, 128)
+    size = 224 if name == "vit" else 32
+    images = torch.randn(batch, 3, size, size, generator=gen)
+    return model, (images, torch.randint(0, 1000, (batch,), generator=gen))
+
+
+def _unet(name: str, batch: int, gen):
+    """diffusers' UNet2DConditionModel, a small Stable-Diffusion-shaped config (module docstring), with a noisy
+    latent, a timestep per sample and text-encoder states; the loss is the predicted noise's mean square."""
+    from diffusers import UNet2DConditionModel
+
+    small = name == "unet"
+    config = dict(sample_size=64 if small else 16, in_channels=4, out_channels=4, layers_per_block=2 if small else 1,
+                  block_out_channels=(128, 256, 256) if small else (32, 64),
+                  down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D") if small
+                  else ("CrossAttnDownBlock2D", "DownBlock2D"),
+                  up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D") if small
+                  else ("UpBlock2D", "CrossAttnUpBlock2D"),
+                  cross_attention_dim=256 if small else 32, attention_head_dim=8, norm_num_groups=32 if small else 16)
+    model = UNet2DConditionModel(**config)
+    side, width = config["sample_size"], config["cross_attention_dim"]
+    inputs = {"sample": torch.randn(batch, 4, side, side, generator=gen),
+              "timestep": torch.randint(0, 1000, (batch,), generator=gen),
+              "encoder_hidden_states": torch.randn(batch, 77, width, generator=gen)}
+    return model, inputs
 
 
 def _causal_lm(name: str, batch: int, gen):
@@ -125,9 +186,12 @@ class _TinyAttention(torch.nn.Module):
 
 
 def loss_fn(outputs, inputs):
-    """Cross-entropy for the image cases; the Hugging Face models return their own loss."""
+    """Cross-entropy for the image cases; the Hugging Face models return their own loss; the UNet's prediction
+    (diffusers' output: `.sample`) its mean square."""
     if isinstance(outputs, torch.Tensor):
         return F.cross_entropy(outputs, inputs[1]) if isinstance(inputs, tuple) else outputs.square().mean()
+    if getattr(outputs, "loss", None) is None and getattr(outputs, "sample", None) is not None:
+        return outputs.sample.square().mean()
     return outputs.loss
 
 
@@ -148,10 +212,11 @@ def train_step(model, optimizer, inputs):
 
 
 def estimate(name: str, batch: int) -> int:
-    """The report's memory.peak_bytes for this case: the scan's own trace and memory stage, fake tensors."""
+    """The report's memory.peak_bytes for this case: the scan's own trace and memory stage, on fake tensors
+    (real ones for REAL_BUILD)."""
     from opscan.scan import ScanOptions, memory_stage, prepare
 
-    options = ScanOptions(SPEC, args={"name": name, "batch": batch}, fake=True)
+    options = ScanOptions(SPEC, args={"name": name, "batch": batch}, fake=name not in REAL_BUILD)
     prepared = prepare(options)
     section = memory_stage(prepared, options)
     return int(section["peak_bytes"])
@@ -203,20 +268,25 @@ class _MaxPool2d(torch.autograd.Function):
 
 @dataclass(frozen=True)
 class Measured:
-    """One real run: the scored peak, the tensors' own peak, the library workspace subtracted, the raw peak."""
+    """One real run (bytes): the scored peak, the tensors' own peak, the baseline before the model, the library
+    memory alive at the reset (of it, what clearing cuBLAS's workspaces freed), the raw peak."""
 
     peak: int
     tensors: int
-    workspace: int
-    raw: int
+    baseline: int = 0
+    library: int = 0
+    cublas: int = 0
+    raw: int = 0
 
 
 def measure(name: str, batch: int, device: str) -> Measured:
-    """Two steady-state steps on `device`, after a warm-up step (see the module docstring)."""
+    """Two steady-state steps on `device`, after a warm-up step (see the module docstring); call it in a fresh
+    process for a cuda figure (main() does)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from opscan.memory.tracker import track_step
 
+    baseline = _baseline(device)  # before the model exists
     torch.manual_seed(0)
     model, inputs = build(name, batch)
     model, inputs = model.to(device).train(), _to(inputs, device)
@@ -232,15 +302,27 @@ def measure(name: str, batch: int, device: str) -> Measured:
         if device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-            workspace = torch.cuda.memory_allocated() - _rounded(held, model, inputs)
+            library = torch.cuda.memory_allocated() - baseline - _rounded(held, model, inputs)
         with tracker:
             for _ in range(2):
                 train_step(model, optimizer, inputs)
     if device != "cuda":
-        return Measured(tracker.peak, tracker.peak, 0, tracker.peak)
+        return Measured(tracker.peak, tracker.peak, raw=tracker.peak)
     torch.cuda.synchronize()
     raw = int(torch.cuda.max_memory_allocated())
-    return Measured(raw - workspace, tracker.peak, workspace, raw)
+    before = torch.cuda.memory_allocated()
+    torch._C._cuda_clearCublasWorkspaces()
+    cublas = before - torch.cuda.memory_allocated()
+    return Measured(raw - baseline - library, tracker.peak, baseline, library, cublas, raw)
+
+
+def _baseline(device: str) -> int:
+    """What the allocator holds before the model exists, CUDA initialised (0 in a fresh process)."""
+    if device != "cuda":
+        return 0
+    torch.cuda.init()
+    torch.cuda.synchronize()
+    return int(torch.cuda.memory_allocated())
 
 
 def _held(model, inputs, optimizer) -> list[torch.Tensor]:
@@ -267,19 +349,50 @@ def _to(value, device):
     return type(value)(_to(v, device) for v in value)
 
 
-def run(cases: dict, device: str) -> float:
-    """Print one line per case and batch; returns the largest error in percent."""
-    worst = 0.0
-    for name, batches in cases.items():
-        for batch in batches:
-            est, got = estimate(name, batch), measure(name, batch, device)
+def child(kind: str, name: str, batch: int, device: str) -> dict:
+    """One case's estimate or measurement, run in this (fresh) process."""
+    if kind == "estimate":
+        return {"estimate": estimate(name, batch)}
+    return asdict(measure(name, batch, device))
+
+
+def _in_child(kind: str, name: str, batch: int, device: str, threads: int) -> dict:
+    """child() in a fresh interpreter: its last stdout line is the JSON of the result."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(threads),
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, __file__, "--child", kind, name, str(batch), "--device", device],
+                          capture_output=True, text=True, env=env, cwd=REPO)
+    if done.returncode != 0:
+        print(f"{kind} of {name} at batch {batch} failed ({done.returncode}):\n{done.stderr[-3000:]}", file=sys.stderr)
+        return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1][:200]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run(cases: list[tuple[str, int]], device: str, jobs: int) -> tuple[float, int]:
+    """Each case's estimate and measurement in fresh processes, `jobs` at a time; one line per case, in order;
+    returns (the largest error in percent, the number of cases that failed: their lines say why)."""
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    worst, failed = 0.0, 0
+    with ThreadPoolExecutor(jobs) as pool:
+        pending = [(name, batch, pool.submit(_in_child, "estimate", name, batch, device, threads),
+                    pool.submit(_in_child, "measure", name, batch, device, threads)) for name, batch in cases]
+        for name, batch, est_future, got_future in pending:
+            est, got = est_future.result(), got_future.result()
+            if "error" in est or "error" in got:
+                failed += 1
+                print(f"{name:<13} {batch:>5} FAILED: {est.get('error') or got.get('error')}", flush=True)
+                continue
+            est, got = est["estimate"], Measured(**got)
             ratio = est / got.peak if got.peak else float("inf")
             worst = max(worst, abs(ratio - 1) * 100)
-            print(f"{name:<13} {batch:>5} {est / 2**30:>12.3f} {got.peak / 2**30:>12.3f} {ratio:>7.3f} "
-                  f"{got.tensors / 2**30:>10.3f} {got.workspace / 2**20:>12.1f} {got.raw / 2**30:>8.3f}", flush=True)
-            if device == "cuda":
-                torch.cuda.empty_cache()
-    return worst
+            print(f"{name:<13} {batch:>5} {est / 2**30:>11.3f} {got.peak / 2**30:>11.3f} {ratio:>6.3f} "
+                  f"{got.tensors / 2**30:>10.3f} {got.baseline / 2**20:>11.1f} {got.cublas / 2**20:>9.1f} "
+                  f"{(got.library - got.cublas) / 2**20:>8.1f} {got.raw / 2**30:>7.3f}", flush=True)
+    return worst, failed
+
+
+def _failed(failed: int) -> str:
+    return f" ({failed} case{'s' if failed > 1 else ''} failed)" if failed else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,24 +401,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {', '.join(CASES)}")
     parser.add_argument("--outside", default=",".join(OUTSIDE), help="models outside the suite ('' for none)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--batches", type=int, nargs="*", help="only these batch sizes of each case")
+    parser.add_argument("--jobs", type=int, default=1, help="fresh processes at a time (default 1)")
+    parser.add_argument("--child", nargs=3, metavar=("KIND", "NAME", "BATCH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("memory_accuracy: no CUDA device here — run it on a machine with a GPU (or --device cpu)",
               file=sys.stderr)
         return 2
+    if args.child:
+        print(json.dumps(child(args.child[0], args.child[1], int(args.child[2]), args.device)))
+        return 0
     table = {**CASES, **OUTSIDE, **TINY}
+
+    def cases(names: str) -> list[tuple[str, int]]:
+        return [(n, b) for n in names.split(",") if n for b in table[n] if not args.batches or b in args.batches]
+
     where = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu (dry run: the tracker's peak)"
-    print(f"device: {where}; torch {torch.__version__}")
-    print(f"{'case':<13} {'batch':>5} {'estimate GB':>12} {'measured GB':>12} {'ratio':>7} {'tensors GB':>10} "
-          f"{'workspace MB':>12} {'raw GB':>8}", flush=True)
-    worst = run({name: table[name] for name in args.cases.split(",") if name}, args.device)
-    outside = [name for name in args.outside.split(",") if name]
+    print(f"device: {where}; torch {torch.__version__}; each case in fresh processes, {args.jobs} at a time")
+    print(f"{'case':<13} {'batch':>5} {'estimate GB':>11} {'measured GB':>11} {'ratio':>6} {'tensors GB':>10} "
+          f"{'baseline MB':>11} {'cuBLAS MB':>9} {'other MB':>8} {'raw GB':>7}", flush=True)
+    worst, failed = run(cases(args.cases), args.device, args.jobs)
+    outside = cases(args.outside)
     if outside:
         print("outside the suite:")
-        beside = run({name: table[name] for name in outside}, args.device)
-        print(f"memory_error_max_outside: {beside:.1f} %")
-    print(f"memory_error_max: {worst:.1f} %")
-    return 0
+        beside, failed_beside = run(outside, args.device, args.jobs)
+        print(f"memory_error_max_outside: {beside:.1f} %{_failed(failed_beside)}")
+    print(f"memory_error_max: {worst:.1f} %{_failed(failed)}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -183,10 +183,10 @@ def memory_stage(prepared: Prepared, options: ScanOptions, ctx=None) -> dict[str
     return section
 
 
-def run_trace(target, options: ScanOptions, kb, ctx=None):
-    """Trace the step as MPS would dispatch it, turning the user's own failures into StepError (no memory
-    tracker: prepare() runs one below the recorder when options.memory)."""
-    return _trace(target, options, kb, ctx, memory=False)[0]
+def run_trace(target, options: ScanOptions, kb, ctx=None, *, memory: bool = False):
+    """Trace the step as MPS would dispatch it, turning the user's own failures into StepError (the memory tracker
+    below the recorder only with `memory`, as prepare() runs it when options.memory; the trace either way)."""
+    return _trace(target, options, kb, ctx, memory=memory)[0]
 
 
 def _trace(target, options: ScanOptions, kb, ctx, memory: bool) -> tuple[Any, Any]:

@@ -94,3 +94,17 @@ def test_accuracy_benchmark_logic_on_cpu():
     # the estimate users see (fake trace, the scan's memory stage) against the steady-state peak of real CPU
     # steps counted by the tracker, with attention on MPS's math path: the same bytes
     assert bench.estimate("tiny_attention", 2) == bench.measure("tiny_attention", 2, "cpu").peak
+
+
+def test_accuracy_benchmark_runs_each_case_in_fresh_processes(capsys):
+    spec = importlib.util.spec_from_file_location("memory_accuracy", REPO / "bench" / "memory_accuracy.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    # the estimate and the real steps each in a child interpreter; their JSON lines read back, the row printed
+    assert bench.run([("tiny_attention", 2)], "cpu", 1) == (0.0, 0)
+    row = capsys.readouterr().out.split()
+    assert row[:2] == ["tiny_attention", "2"] and row[4] == "1.000"
+    # a case whose child fails is a line saying why, counted, not a traceback that loses the table
+    assert bench.run([("no_such_model", 1)], "cpu", 1) == (0.0, 1)
+    assert "FAILED" in capsys.readouterr().out

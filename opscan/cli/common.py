@@ -198,13 +198,12 @@ def write_reports(ctx: RunContext, report, out_dir: Path, real_outputs: dict | N
     outputs, keyed by probe id, when given: `opscan merge`; paths redacted unless `keep_paths`) — all written
     whole, or none."""
     from opscan.render import render_html, render_json, render_yaml
-    from opscan.render.graphml import GRAPHML_FILES
+    from opscan.render.graphml import CALLS_NAMES, graphml_files
 
     files = {out_dir / "report.json": render_json(report), out_dir / "report.yaml": render_yaml(report),
              out_dir / "report.html": render_html(report)}
-    for name, render_graph in GRAPHML_FILES.items():
-        if report.step_graph is not None:
-            files[out_dir / name] = render_graph(report)
+    graphs = graphml_files(report)
+    files.update({out_dir / name: content for name, content in graphs.items()})
     repro = {}
     if report.repro is not None:
         from opscan.repro import render_files
@@ -214,6 +213,12 @@ def write_reports(ctx: RunContext, report, out_dir: Path, real_outputs: dict | N
     stale = stale_repro(out_dir, set(repro))
     write_whole(ctx, {**files, **repro}, tuple(p for p in repro if p.suffix == ".py"))
     remove_stale(stale, out_dir / "repro")
+    for name in CALLS_NAMES if graphs else ():  # an earlier run's graph.graphml(.gz) of the other kind
+        if name not in graphs:
+            try:
+                (out_dir / name).unlink(missing_ok=True)
+            except OSError:  # not ours to insist on: the report's graph.files names the current one
+                pass
     log.warning("wrote %s, report.yaml, report.html and the step graph (GraphML)", out_dir / "report.json")
     if repro:
         log.warning("wrote %d repro files into %s", len(repro), out_dir / "repro")

@@ -16,6 +16,7 @@ from opscan.verdict import Verdict
 
 GRAPHML_CALLS = "graph.graphml"
 GRAPHML_MODULES = "modules.graphml"
+GZIP_ABOVE = 100_000  # nodes + edges: a step graph larger than this is written gzipped (plain text ~300 B each)
 RANK = {v.value: v.rank for v in Verdict}
 MAX_NEIGHBOURHOODS = 40
 
@@ -120,9 +121,15 @@ def graph_section(g: nx.DiGraph, transfers: Transfers, findings: list[int]) -> d
         "nodes": g.number_of_nodes(), "edges": g.number_of_edges(), "calls": calls,
         "sources": g.number_of_nodes() - calls,
         "modules": {"nodes": m.number_of_nodes(), "edges": m.number_of_edges()},
-        "files": {"calls": GRAPHML_CALLS, "modules": GRAPHML_MODULES},
+        "files": {"calls": calls_file(g), "modules": GRAPHML_MODULES},
         "neighbourhoods": shown,
     }
+
+
+def calls_file(g: nx.DiGraph) -> str:
+    """The call-level GraphML's file name: `graph.graphml`, or `graph.graphml.gz` above GZIP_ABOVE nodes and edges
+    (20,000 scalar parameters make 660k: 255 MB of text, 6.5 MB gzipped; nx.read_graphml reads either)."""
+    return GRAPHML_CALLS + ".gz" if g.number_of_nodes() + g.number_of_edges() > GZIP_ABOVE else GRAPHML_CALLS
 
 
 def graphml_text(g: nx.DiGraph, transfers: Transfers | None = None) -> str:

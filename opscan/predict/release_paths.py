@@ -39,8 +39,13 @@ CLOSURE_DEPTH = 3  # how deep a composite callee's own callees are followed to a
 def span_ops() -> frozenset[str]:
     """The CompositeImplicitAutograd ops whose kernel differs between covered releases (the lens's span ops)."""
     table = load_callees()
-    if table is None:
-        return frozenset()
+    return frozenset() if table is None else _span_ops(table)
+
+
+@functools.lru_cache(maxsize=4)
+def _span_ops(table) -> frozenset[str]:
+    """span_ops() of one table, made once per table (a CalleeTable hashes by identity): every trace asks, and the
+    walk over every release's kernels costs more than a small step's trace records."""
     drifted = table.drifted()
     return frozenset(op for op in drifted if any(t.get(op) and t[op].key == "CIA" for t in table.kernels.values()))
 

@@ -12,6 +12,7 @@ nn.TransformerEncoder(Layer)'s fast paths need no row: hooks.FastPathGate keeps 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import sys
@@ -144,10 +145,12 @@ class _AsMps(ast.NodeTransformer):
         return node
 
 
+@functools.lru_cache(maxsize=None)
 def _device_as_mps(original: Callable) -> Callable:
     """The installed torch's own function, recompiled with its device tests answering as on MPS (its file and line
     numbers kept, so the trace names it as the function that issued its calls); the original when its source is
-    not available."""
+    not available. Made once per function and process (it reads its module's globals live, so the copy stays
+    right): reading, parsing and compiling the source cost every trace milliseconds."""
     try:
         lines, first = inspect.getsourcelines(original)
     except (OSError, TypeError):

@@ -28,11 +28,35 @@ def symbolic(model: torch.nn.Module) -> tuple[torch.fx.GraphModule | None, FxInf
     """Try symbolic_trace; return the graph module or None, with what happened."""
     try:
         with untouched(model):
-            gm = torch.fx.symbolic_trace(model)
+            tracer = _Tracer()
+            graph = tracer.trace(model)
+            gm = torch.fx.GraphModule(tracer.root, graph, type(model).__name__)
     except Exception as exc:  # noqa: BLE001 - any tracing failure is just "no fx graph"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return None, FxInfo(False, f"{type(exc).__name__}: {first}"[:200])
     return gm, FxInfo(True, None, sum(1 for _ in gm.graph.nodes))
+
+
+class _Tracer(torch.fx.Tracer):
+    """symbolic_trace's tracer, finding a parameter's name in a dict: torch.fx scans `named_parameters()`
+    for each parameter it meets, O(parameters) each, so 20,000 scalar parameters cost 2 x 10^8 steps."""
+
+    _names: dict[int, str] | None = None
+
+    def getattr(self, attr, attr_val, parameter_proxy_cache):
+        """The parameter's proxy, made once per name as torch.fx makes it; anything else as torch.fx does."""
+        if not isinstance(attr_val, torch.nn.Parameter) or self.param_shapes_constant:
+            return super().getattr(attr, attr_val, parameter_proxy_cache)
+        if self._names is None:
+            self._names = {}
+            for name, p in self.root.named_parameters():  # the first name of each, as torch.fx's scan finds it
+                self._names.setdefault(id(p), name)
+        name = self._names.get(id(attr_val))
+        if name is None:  # made during the forward: torch.fx's own search
+            return super().getattr(attr, attr_val, parameter_proxy_cache)
+        if name not in parameter_proxy_cache:
+            parameter_proxy_cache[name] = self.create_proxy("get_attr", name, (), {})
+        return parameter_proxy_cache[name]
 
 
 def _name(target) -> str:
