@@ -31,7 +31,7 @@ SRC_COPY = "aten/src/ATen/native/Copy.cpp copy_impl: MPS tensors go to mps::mps_
 SRC_CONV = "mps_facts.md §8: at::native::_convolution calls _mps_convolution(_transpose) for MPS input [bin]"
 SRC_MASK = ("aten/src/ATen/native/TensorAdvancedIndexingUtils.h expandTensors (`index.nonzero()` for a kByte/kBool "
             "index); at::meta::structured_index_Tensor::meta and at::native::_index_put_impl_ call at::_ops::nonzero "
-            "directly in the torch 2.0.0-2.14.1 macOS libtorch_cpu.dylib [bin]")
+            "directly in the torch 2.0.0, 2.4.1, 2.8.0 and 2.14.1 macOS libtorch_cpu.dylib call graphs [bin]")
 VIEW_RULES = {
     "mps-convolution": ("any convolution on MPS input (transposed or not)", SRC_CONV),
     "mps-copy": ("copy_ with an MPS source or destination", SRC_COPY),
