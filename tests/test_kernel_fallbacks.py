@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET = TARGETS / "kernel_fallbacks.py"
 DYLIBS = Path(os.environ.get("OPSCAN_DYLIB_DIR", "/work/research/cxx/data"))
 # the releases around each boundary the rules state (a series' first and last patch release where it has two)
-BOUNDARIES = ("2.0.0", "2.3.0", "2.3.1", "2.4.1", "2.5.0", "2.8.0", "2.9.0", "2.11.0", "2.12.0", "2.14.1")
+BOUNDARIES = ("2.0.0", "2.1.0", "2.3.0", "2.3.1", "2.4.1", "2.5.0", "2.8.0", "2.9.0", "2.11.0", "2.12.0", "2.14.1")
 
 
 def _scan(name: str, release: str, macos: str | None = None):
@@ -79,6 +79,19 @@ def test_bilinear_upsampling_falls_back_with_a_scale_factor_not_with_a_size():
     }
     assert _not_native(_scan("bilinear_size", "2.4.0")) == {}
     assert _not_native(_scan("bilinear_scale", "2.5.0")) == {}
+
+
+@pytest.mark.parametrize(("release", "macos", "expected"), [
+    ("2.4.0", None, {"aten::grid_sampler_2d": ("cpu_fallback", "kernel-fallback-grid-sampler-2d-macos-13-2"),
+                     "aten::median": ("cpu_fallback", "kernel-fallback-median-macos-13")}),
+    ("2.0.0", "13.1", {"aten::grid_sampler_2d": ("cpu_fallback", "kernel-fallback-grid-sampler-2d-2-0")}),
+    ("2.7.0", None, {"aten::grid_sampler_2d": ("cpu_fallback", "kernel-fallback-grid-sampler-2d-macos-13-2")}),
+    ("2.7.0", "13.2", {}),
+    ("2.9.0", None, {}),
+])
+def test_grid_sampling_and_median_fall_back_where_their_kernels_say(release, macos, expected):
+    found = _not_native(_scan("grid_median", release, macos))
+    assert {op: v for op, v in found.items() if op in ("aten::grid_sampler_2d", "aten::median")} == expected
 
 
 def test_a_fallback_must_name_real_releases_and_a_source():

@@ -58,3 +58,21 @@ def bilinear_scale():
 def bilinear_size():
     """Bilinear upsampling to size=(16, 16)."""
     return _Bilinear(False), (torch.randn(2, 3, 8, 8),)
+
+
+class _GridMedian(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        theta = torch.eye(2, 3).expand(y.shape[0], 2, 3)
+        grid = F.affine_grid(theta, list(y.shape), align_corners=False)
+        return F.grid_sample(y, grid, align_corners=False).sum() + y.median()
+
+
+def grid_median():
+    """F.grid_sample (grid_sampler_2d: on the CPU below macOS 13.2 in 2.0-2.8) and Tensor.median (below 13.0 in
+    2.0-2.4)."""
+    return _GridMedian(), (torch.randn(2, 3, 8, 8),)
