@@ -20,17 +20,20 @@ non-native rows and the predicted lane, and checks them against what the manifes
 A model is a mismatch when its lane differs from `lane` (and it is not known-wrong), when a non-native row is
 not among its `non_native` keys, or when an expected one is gone. The last line is the headline:
 
-    python bench/zoo.py [--manifest bench/zoo.yaml] [--only NAME ...] [--markdown]
+    python bench/zoo.py [--manifest bench/zoo.yaml] [--only NAME ...] [--markdown] [--journal FILE] [--reuse]
     ...
     zoo_mismatches: 0 models
 
-`--markdown` prints docs/zoo-table.md's table and its reasons instead of the plain one. Exit status 1 on a
-mismatch or a scan that failed.
+`--markdown` prints docs/zoo-table.md's table and its reasons instead of the plain one. `--journal FILE` appends
+each model's result to FILE (one JSON line, as it finishes); with `--reuse` the models FILE already holds are not
+scanned again but judged against the current manifest (editing the manifest's notes after a long run re-renders
+the table without rescanning). Exit status 1 on a mismatch or a scan that failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -195,11 +198,35 @@ def _corrected(results: list[Result]) -> list[str]:
     return lines + [f"- {r.name}: {r.entry['expectation_fixed']}" for r in fixed]
 
 
+_SAVED = ("seconds", "rows", "unknown", "non_native", "lane", "error")
+
+
+def _saved(result: Result) -> dict:
+    return {k: getattr(result, k) for k in _SAVED}
+
+
+def _journal(path: str) -> dict[str, dict]:
+    """name -> saved result fields of a --journal file (the last line of a name wins; a torn line is skipped)."""
+    out = {}
+    if not os.path.exists(path):
+        return out
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            out[row["name"]] = {k: row[k] for k in _SAVED}
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--manifest", default=str(ROOT / "bench" / "zoo.yaml"))
     parser.add_argument("--only", nargs="*", help="scan only these entries")
     parser.add_argument("--markdown", action="store_true", help="print the docs/zoo-table.md table and its reasons")
+    parser.add_argument("--journal", help="append each model's result to this file (JSON lines)")
+    parser.add_argument("--reuse", action="store_true", help="take the models the journal holds from it")
     args = parser.parse_args(argv)
     manifest = yaml.safe_load(Path(args.manifest).read_text(encoding="utf-8"))
     defaults = manifest.get("defaults", {})
@@ -207,9 +234,16 @@ def main(argv=None) -> int:
               if not args.only or name in args.only}
     start = time.perf_counter()
     results = []
+    done = _journal(args.journal) if args.journal and args.reuse else {}
     for name, entry in models.items():
+        if name in done:
+            results.append(Result(name, entry, **done[name]))
+            continue
         results.append(run_one(name, entry))
         print(f"zoo: {name}: {results[-1].seconds:.1f} s {results[-1].lane or results[-1].error}", file=sys.stderr)
+        if args.journal:
+            with open(args.journal, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"name": name, **_saved(results[-1])}) + "\n")
     total = time.perf_counter() - start
     print(markdown(results, manifest.get("reasons", {})) if args.markdown else plain(results))
     mismatches = [r for r in results if r.problems]

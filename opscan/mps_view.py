@@ -10,7 +10,11 @@ Four rewrites, each traceable to its rule:
   it really dispatched (the leaves of its expansion), each keeping the composite as `cpu_op`;
   a composite that dispatched nothing is a metadata-only view and stays as it is;
 - `copy_` is CompositeExplicitAutogradNonFunctional, and copy_impl sends any MPS tensor to the MPS
-  copy (`mps_copy_`), so it is marked with rule `mps-copy`.
+  copy (`mps_copy_`), so it is marked with rule `mps-copy`;
+- an index call with a bool/uint8 mask (`index.Tensor`, `_index_put_impl_`: `x[mask]`, its backward,
+  `x[mask] = v`) expands the mask with `nonzero` inside its kernel (expandTensors), below the dispatch mode:
+  an `aten::nonzero` call of that mask is added before it (rule `index-nonzero`), so the release's nonzero
+  kernel — a CPU fallback inside it below macOS 13/14 in 2.0-2.8 — is judged.
 Every other call is what MPS dispatches too. Pure data: no torch import.
 """
 
@@ -25,12 +29,18 @@ COPY = OpKey("aten", "copy_")
 BRANCHED_COMPOSITES = frozenset({OpKey("aten", "convolution"), OpKey("aten", "convolution_backward")})
 SRC_COPY = "aten/src/ATen/native/Copy.cpp copy_impl: MPS tensors go to mps::mps_copy_ (public source) [src]"
 SRC_CONV = "mps_facts.md §8: at::native::_convolution calls _mps_convolution(_transpose) for MPS input [bin]"
+SRC_MASK = ("aten/src/ATen/native/TensorAdvancedIndexingUtils.h expandTensors (`index.nonzero()` for a kByte/kBool "
+            "index); at::meta::structured_index_Tensor::meta and at::native::_index_put_impl_ call at::_ops::nonzero "
+            "directly in the torch 2.0.0, 2.4.1, 2.8.0 and 2.14.1 macOS libtorch_cpu.dylib call graphs [bin]")
 VIEW_RULES = {
     "mps-convolution": ("any convolution on MPS input (transposed or not)", SRC_CONV),
     "mps-copy": ("copy_ with an MPS source or destination", SRC_COPY),
     "earlier-path": ("the predicted-for release's own Python code of the function that issued the call ran other ops "
                      "(facts.yaml earlier_paths with `from`; applied per release by predict/python_paths.py)",
                      "opscan/knowledge/facts.yaml earlier_paths + py_drift.txt (the releases' wheels)"),
+    "index-nonzero": ("an index call with a bool/uint8 mask: its kernel expands the mask with nonzero (TensorIndexing "
+                      "expandTensors, called by index.Tensor's meta and _index_put_impl_), a dispatch below the trace",
+                      SRC_MASK),
     "composite-callee": ("a CompositeExplicitAutograd(NonFunctional) op without an MPS kernel: the calls its "
                          "composite kernel dispatched, recorded by re-dispatching it inside the recorder",
                          "native_functions.yaml composite entries; opscan recorder expansion"),
@@ -93,6 +103,7 @@ def mps_view(trace: Trace) -> tuple[MpsCall, ...]:
             out.extend(_callee(leaf, call) for leaf in leaves[call.index])
         else:
             out.append(_plain(call, () if call.expanded else None))
+    out = _mask_nonzero(out, trace)
     registered = dict(trace.registrations)  # custom ops the target registered itself (trace/registrations.py)
     return tuple(replace(c, registration=registered[c.op]) if c.op in registered else c for c in out)
 
@@ -197,3 +208,54 @@ def _leaf_calls(calls) -> dict[int, list[OpCall]]:
                 yield child
 
     return {index: list(leaves(index)) for index in children}
+
+
+NONZERO = OpKey("aten", "nonzero")
+MASK_INDEX_OPS = frozenset(OpKey.from_yaml(o) for o in (
+    "index.Tensor", "index.Tensor_out", "_index_put_impl_", "_index_put_impl", "_index_put_impl.out"))
+MASK_DTYPES = frozenset({"bool", "uint8"})
+
+
+def _mask_nonzero(view: list[MpsCall], trace: Trace) -> list[MpsCall]:
+    """The view with an `aten::nonzero` call (rule `index-nonzero`) before each index call, per bool/uint8 index."""
+    if not any(c.op in MASK_INDEX_OPS for c in view):
+        return view
+    fresh = 1 + max((t.storage for c in trace.calls for t in (*c.inputs, *c.outputs)), default=0)
+    out: list[MpsCall] = []
+    for call in view:
+        for mask, rows in _masks(call):
+            dims = len(mask.shape)
+            result = TensorMeta("int64", (rows, dims), (dims, 1), mask.device, fresh, rows * dims * 8)
+            fresh += 1
+            out.append(MpsCall(index=call.index, op=NONZERO, phase=call.phase, module=call.module, inputs=(mask,),
+                               outputs=(result,), dtypes=(mask.dtype,), cpu_op=call.op, rule="index-nonzero",
+                               attrs=("<tensor>",)))
+        out.append(call)
+    return out
+
+
+def _masks(call: MpsCall) -> list[tuple[TensorMeta, int]]:
+    """(mask, its nonzero count) of each bool/uint8 index of an index call: the count read from the result (or the
+    values put) where the mask is the only index, else the mask's element count (an upper bound)."""
+    if call.op not in MASK_INDEX_OPS or len(call.attrs) < 2 or not isinstance(call.attrs[1], list):
+        return []
+    indices = call.attrs[1]
+    tensors = iter(call.inputs[1:])
+    metas = [next(tensors, None) if i == "<tensor>" else None for i in indices]
+    masks = [(pos, m) for pos, m in enumerate(metas) if m is not None and m.dtype in MASK_DTYPES]
+    sole = len([m for m in metas if m is not None]) == 1
+    carrier = call.outputs[0] if call.op.name == "index" and call.outputs else next(tensors, None)
+    found = []
+    for pos, mask in masks:
+        rows = _product(mask.shape)
+        if sole and carrier is not None and len(carrier.shape) > pos:
+            rows = carrier.shape[pos]
+        found.append((mask, rows if rows >= 0 else _product(mask.shape)))
+    return found
+
+
+def _product(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

@@ -195,10 +195,13 @@ def test_a_graph_convolution_on_a_sparse_adjacency_is_judged_by_sparse_mps_kerne
     assert _sparse_rows(report) == {
         ("aten::addmm", Verdict.NATIVE, "sparse-mps-kernel"),  # torch.sparse.mm's forward (CPU: _sparse_addmm)
         ("aten::mm", Verdict.NATIVE, "sparse-mps-kernel"),  # its backward: adjacency.t() @ grad
-        ("aten::t", Verdict.UNKNOWN, "sparse-not-modelled"),  # no SparseMPS kernel of its own
+        # no SparseMPS kernel of its own: its composite body's sparse branch (transpose: clone, _indices,
+        # _coalesced_, all SparseMPS in 2.14.1; composite_paths.yaml sparse_paths) decides
+        ("aten::t", Verdict.NATIVE, "sparse-composite-path"),
     }
-    unknown = next(r for r in report.rows if r.verdict is Verdict.UNKNOWN)
-    assert unknown.evidence.text.startswith("sparse layout: not modelled")
+    t = next(r for r in report.rows if r.op.display == "aten::t" and r.evidence.rule == "sparse-composite-path")
+    assert "transpose.int (native)" in t.evidence.text and "TensorShape.cpp" in t.evidence.source
+    assert not [r for r in report.rows if r.verdict is Verdict.UNKNOWN]
     addmm = next(r for r in report.rows if r.op.display == "aten::addmm")
     assert "SparseMPS" in addmm.evidence.text and addmm.cpu_op.display == "aten::_sparse_addmm"
 
@@ -213,6 +216,17 @@ def test_sparse_tensors_are_unsupported_where_the_release_has_no_sparse_mps_back
     assert "registers no SparseMPS kernel" in row.evidence.text and "2.9.0" in row.remedy
     dense = [r for r in report.rows if not r.evidence.rule.startswith("sparse-")]
     assert all(r.verdict is not Verdict.UNSUPPORTED or r.op.name == "lerp_" for r in dense)
+
+
+def test_a_sparse_op_without_a_listed_branch_stays_not_modelled():
+    from opscan.knowledge import load_knowledge
+    from opscan.opkey import OpKey
+    from opscan.predict.sparse import predict_sparse
+
+    kb = load_knowledge(release="2.14.1")
+    found = predict_sparse(OpKey.from_yaml("narrow"), ("sparse_coo",), kb)  # composite, no sparse branch listed
+    assert found.verdict is Verdict.UNKNOWN and found.evidence.text.startswith("sparse layout: not modelled")
+    assert predict_sparse(OpKey.from_yaml("t"), ("sparse_csr",), kb).evidence.rule == "sparse-not-modelled"
 
 
 def test_the_trace_records_sparse_layouts():

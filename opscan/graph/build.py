@@ -51,7 +51,14 @@ def build_graph(trace, view, verdicts) -> nx.DiGraph:
         row = rows.setdefault((call.op, call.dtypes), len(rows))
         g.add_node(f"c{pos}", **_call_attrs(pos, call, verdict, row, labels.get(call.index, "")))
     flow = _Flow(g, meta_device=trace.device != "meta")
+    added: dict[int, list[int]] = {}  # the view's index-nonzero calls (no trace call of their own), by index
+    for pos, call in enumerate(view):
+        if call.rule == "index-nonzero":
+            added.setdefault(call.index, []).append(pos)
     for call, first, last, group in _units(trace, _owners(trace, view)):
+        for pos in added.pop(call.index, ()):  # the nonzero its index kernel runs: it reads the mask first
+            flow.read(f"c{pos}", view[pos].inputs, dedupe=False)
+            flow.write(f"c{pos}", view[pos])
         flow.read(first, call.inputs, dedupe=group)
         flow.write(last, call)
     flow.finish()

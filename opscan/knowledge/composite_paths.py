@@ -1,7 +1,9 @@
 """Knowledge stage: the possible paths of composites a trace cannot expand in an older release
 (`composite_paths.yaml`: one entry per composite and release range, one path per branch of its C++ body).
 
-`paths_for(op_yaml_name, release)` gives the entry that covers a release, or None. No torch import.
+`paths_for(op_yaml_name, release)` gives the entry that covers a release, or None. `sparse_paths_for` gives the
+branch a composite's body takes for a sparse (COO) input (`sparse_paths`: the trace sees no callees there, and
+predict/sparse.py judges each op of the branch with the same layout). No torch import.
 """
 
 from __future__ import annotations
@@ -54,10 +56,25 @@ def _path(raw: dict) -> Path:
 @functools.lru_cache(maxsize=2)
 def load_paths(path: str = PATHS_FILE) -> tuple[CompositePaths, ...]:
     """The shipped entries (ValueError or KeyError on a malformed one)."""
+    return _entries(path, "paths")
+
+
+@functools.lru_cache(maxsize=2)
+def load_sparse_paths(path: str = PATHS_FILE) -> tuple[CompositePaths, ...]:
+    """The shipped `sparse_paths` entries: one path each, the ops its body reaches for a sparse COO input."""
+    return _entries(path, "sparse_paths")
+
+
+def sparse_paths_for(op: str, release: str) -> CompositePaths | None:
+    """The sparse-input branch of overload `op` (yaml spelling) covering `release`, or None."""
+    return next((e for e in load_sparse_paths() if e.op == op and e.covers(release)), None)
+
+
+def _entries(path: str, section: str) -> tuple[CompositePaths, ...]:
     with open(path, encoding="utf-8") as fh:
         raw = yaml.safe_load(fh) or {}
     out = []
-    for item in raw.get("paths", ()):
+    for item in raw.get(section, ()):
         first, _, last = str(item["releases"]).partition("..")
         out.append(CompositePaths(item["op"], first, last or first, tuple(item.get("args", ())),
                                   tuple(_path(p) for p in item["paths"]), " ".join(str(item["source"]).split())))

@@ -7,8 +7,10 @@ kernel_rules.yaml names its check by message and source file, gives the C++ cond
 (`args`) and `when`: the same condition in the expression language of conditions.py (over those arguments
 and `macos`); `patterns` encode a family of checks from their message. `size_rules` are the checks decided
 from the call's pooled sizes instead (`input_spatial`, `output_size`), stated per release series because
-their message and line moved between the releases' binaries. `conditions.evaluate_when` decides them all
-(predict/runtime_checks.py applies them). No torch import.
+their message and line moved between the releases' binaries. `fallbacks` are the CPU fallbacks inside MPS
+kernels (a TORCH_WARN_ONCE "... Falling back on CPU", not a check): each names the releases whose binary holds
+its message. `conditions.evaluate_when` decides them all (predict/runtime_checks.py applies them). No torch
+import.
 """
 
 from __future__ import annotations
@@ -124,6 +126,53 @@ def parse_size_rules(text: str) -> tuple[SizeRule, ...]:
         out.append(SizeRule(raw["id"], frozenset(OpKey.from_yaml(o) for o in raw["ops"]), series, raw["message"],
                             raw["when"], raw["remedy"], raw["source"], compile_when(raw["when"])))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class FallbackRule:
+    """A CPU fallback inside an MPS kernel (kernel_rules.yaml `fallbacks`): for a call meeting `when`, the kernel
+    itself runs the CPU op on copies of its inputs, whatever PYTORCH_ENABLE_MPS_FALLBACK says."""
+
+    id: str
+    message: str  # the kernel's TORCH_WARN_ONCE text, as in the releases' dylibs
+    ops: tuple[str, ...]  # yaml spellings of the ops whose MPS kernel has it
+    args: tuple[str, ...]  # the op's argument names, in schema order
+    releases: tuple[str, ...]  # exact releases ("2.3.1") or series ("2.4": every patch release of it)
+    condition: str  # the C++ condition as read
+    when: str  # the same, in the expression language (over `args` and `macos`)
+    remedy: str
+    source: str
+    code: ast.Expression
+    first_tensor: bool = False  # read by CallArgs.bind, as a KernelRule's
+
+    def covers(self, release: str) -> bool:
+        """Whether `release`'s binary has this fallback."""
+        return release in self.releases or Release.parse(release).series in self.releases
+
+
+_FALLBACK_KEYS = frozenset({"id", "message", "ops", "args", "releases", "condition", "when", "remedy", "source"})
+
+
+def parse_fallbacks(text: str) -> tuple[FallbackRule, ...]:
+    """kernel_rules.yaml text -> its in-kernel CPU fallbacks (ValueError on a bad entry)."""
+    out = []
+    for raw in (yaml.safe_load(text) or {}).get("fallbacks", ()):
+        if set(raw) != _FALLBACK_KEYS or not raw["source"].strip() or not raw["releases"]:
+            raise ValueError(f"kernel_rules.yaml: bad fallback {raw.get('id')!r}")
+        releases = tuple(str(r) for r in raw["releases"])
+        if any(r.count(".") not in (1, 2) or Release.parse(r).series != ".".join(r.split(".")[:2]) for r in releases):
+            raise ValueError(f"kernel_rules.yaml: fallback {raw['id']!r} lists a release that is not one")
+        out.append(FallbackRule(raw["id"], raw["message"], tuple(raw["ops"]), tuple(raw["args"]), releases,
+                                raw["condition"], raw["when"], raw["remedy"], raw["source"],
+                                compile_when(raw["when"])))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=2)
+def load_fallbacks(path: str = RULES_PATH) -> tuple[FallbackRule, ...]:
+    """The shipped in-kernel CPU fallbacks."""
+    with open(path, encoding="utf-8") as fh:
+        return parse_fallbacks(fh.read())
 
 
 @functools.lru_cache(maxsize=2)

@@ -15,6 +15,8 @@ rules below in order and the first that applies decides (dtype rules: dtype_rule
 | 3 | `error-stub` | `error`: `_slow_conv2d_forward`'s MPS stub (mixed devices) |
 | 4 | `shape-<id>` | `error`: a size rule of kernel_rules.yaml that `args_note` shows will fail (runtime_checks.py) |
 | 4c | `kernel-<id>` | `error` / `unsupported_dtype`: an encoded kernel check that `args` fail (runtime_checks.py) |
+| 4d | `kernel-fallback-<id>` | `cpu_fallback`: the op's MPS kernel runs the call on the CPU itself (below a macOS |
+|   |   | version: nearest upsampling and nonzero in 2.0-2.4, nonzero in 2.5-2.8; kernel_rules.yaml `fallbacks`) |
 | 4b | `dtype-xfail` / `macos-gate` | `unsupported_dtype` / `unknown`: common_mps.py expects the op's OpInfos to fail |
 | 5 | `yaml-mps` / `yaml-mps-delegate` | `native`: an MPS kernel of its own / via its structured delegate |
 | 5 | `mps-outside-yaml` | `native`: an MPS kernel registered by hand (2.0.0's bitwise ops; facts.yaml) |
@@ -43,7 +45,7 @@ from opscan.predict.amp import amp_api, fft_half
 from opscan.predict.dtype_rules import CHECK_ON_MAC, complex_support, expected_failure, float64, release_limit
 from opscan.predict.dtype_rules import result as _result
 from opscan.predict.paths import decide_paths
-from opscan.predict.runtime_checks import CallArgs, kernel_check, size_check, with_limits
+from opscan.predict.runtime_checks import CallArgs, kernel_check, kernel_fallback, size_check, with_limits
 from opscan.knowledge import Knowledge
 from opscan.knowledge.facts import TorchvisionOp
 from opscan.opkey import OpKey, Release
@@ -260,7 +262,8 @@ def _no_kernel(c: _Call) -> Classification:
 
 
 _RULES: tuple[Callable[[_Call], Classification | None], ...] = (
-    float64, release_limit, complex_support, _always_cpu, _error_stub, size_check, kernel_check, expected_failure,
+    float64, release_limit, complex_support, _always_cpu, _error_stub, size_check, kernel_check, kernel_fallback,
+    expected_failure,
     _yaml_mps, _outside_yaml, _python_registration, _distributed, amp_api, fft_half, _other_namespace, _composite,
     _earlier_path, _not_in_yaml,
 )

@@ -6,6 +6,10 @@ that fails makes the call `error` or `unsupported_dtype` (rule `kernel-<id>`), w
 and file:line. A call predicted `native` from the yaml whose kernel has checks the prediction cannot decide
 says so in its evidence ("the MPS kernel of X has N runtime checks the prediction does not model: …").
 
+Some kernels run the work on the CPU themselves below a macOS version (kernel_rules.yaml `fallbacks`, rule
+`kernel-fallback-<id>`, rule 4d): a call whose release's binary has the fallback and that meets its condition is
+`cpu_fallback`, whatever PYTORCH_ENABLE_MPS_FALLBACK says.
+
 The size rules (kernel_rules.yaml `size_rules`, rule `shape-<id>`) are decided first, from the call's pooled
 sizes (`args_note`: {"input_spatial": [H, W], "output_size": [oH, oW]}, built by `note_from_shapes` from the
 traced shapes, so callers need not know each op's argument order).
@@ -16,12 +20,13 @@ values in schema order (tensors as `TensorArg`). `call_args(call)` builds it fro
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from opscan.knowledge.conditions import TensorArg, evaluate_when
 from opscan.knowledge.composite_paths import paths_for
-from opscan.knowledge.kernel_rules import KernelRule, SizeRule, load_size_rules
+from opscan.knowledge.kernel_rules import KernelRule, SizeRule, load_fallbacks, load_size_rules
 from opscan.opkey import OpKey
 from opscan.predict.dtype_rules import result
 from opscan.verdict import Classification, Evidence, Verdict
@@ -97,6 +102,7 @@ def needs_args(op, kb) -> bool:
     from opscan.predict.dtype_rules import ranked
 
     has_rules = kb.limits is not None and op.namespace == "aten" and bool(kb.limits.rules_for(op.yaml_name))
+    has_rules = has_rules or (op.namespace == "aten" and op.yaml_name in _fallback_ops())
     return has_rules or ranked(kb, op) or (op.namespace == "aten" and paths_for(op.yaml_name, kb.release) is not None)
 
 
@@ -158,6 +164,26 @@ def kernel_check(c) -> Classification | None:
             source = f"{check.where} [bin]; condition: {rule.source}"
             verdict = Verdict(rule.verdict)
             return result(verdict, f"kernel-{rule.id}", text, source, rule.remedy)
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _fallback_ops() -> frozenset[str]:
+    return frozenset(op for rule in load_fallbacks() for op in rule.ops)
+
+
+def kernel_fallback(c) -> Classification | None:
+    """Rule 4d: a CPU fallback inside the op's MPS kernel (kernel_rules.yaml `fallbacks`) that this call meets."""
+    if c.op.namespace != "aten" or c.args is None or c.kb.yaml.mps_kernel(c.op) is None:
+        return None
+    for rule in load_fallbacks():
+        if c.op.yaml_name in rule.ops and rule.covers(c.release) and evaluate_when(rule, c.args.bind(rule),
+                                                                                   c.kb.macos):
+            macos = ".".join(str(v) for v in c.kb.macos)
+            text = (f"the MPS kernel of {c.op} in torch {c.release} runs this call on the CPU itself on macOS {macos} "
+                    f"(a CPU copy of its inputs, the CPU op, the result copied back), whatever "
+                    f"PYTORCH_ENABLE_MPS_FALLBACK says: '{rule.message}' ({rule.condition})")
+            return result(Verdict.CPU_FALLBACK, f"kernel-fallback-{rule.id}", text, rule.source, rule.remedy)
     return None
 
 

@@ -8,6 +8,9 @@ pytorch#129842, #141320). A call with a sparse input or output gets:
 * `sparse-no-mps-backend` (`unsupported`): the release registers no kernel at all for that sparse layout family
   on MPS, so the tensor cannot be used there;
 * `sparse-mps-kernel` (`native`): the op has a kernel for the layout's key in that release;
+* `sparse-composite-path` (the worst of its ops): a composite whose branch for a sparse COO input
+  knowledge/composite_paths.yaml `sparse_paths` lists (`t`, `transpose`: clone, _indices, _coalesced_), each op of
+  it judged here with the same layout;
 * `sparse-not-modelled` (`unknown`, "sparse layout: not modelled"): otherwise (no kernel of its own for the key:
   a composite, or an op that may raise or fall back; opscan does not model which).
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import functools
 
 from opscan.knowledge import Knowledge
+from opscan.knowledge.composite_paths import sparse_paths_for
 from opscan.predict.dtype_rules import CHECK_ON_MAC, result
 from opscan.verdict import Classification, Verdict
 
@@ -53,10 +57,26 @@ def predict_sparse(op, layouts: tuple[str, ...], kb: Knowledge) -> Classificatio
         text = (f"{op} gets a {named} tensor, and {kb.yaml_source} registers a {key} kernel for it (predicted for "
                 f"torch {kb.release}; only the registration is read: sparse layouts are otherwise not modelled)")
         return result(Verdict.NATIVE, "sparse-mps-kernel", text, f"{kb.yaml_source} ({key} keys)")
+    branch = sparse_paths_for(op.yaml_name, kb.release) if op.namespace == "aten" and flag == "S" else None
+    if branch is not None:
+        return _branch(op, layouts, kb, branch)
     text = (f"sparse layout: not modelled. {op} gets a {named} tensor; torch {kb.release} registers {key} kernels, "
             f"but none for {op}, and what it then does (composite, error or CPU fallback) is not modelled")
     return result(Verdict.UNKNOWN, "sparse-not-modelled", text, f"{kb.yaml_source} ({key} keys)",
                   f"{_DENSE}; {CHECK_ON_MAC}")
+
+
+def _branch(op, layouts: tuple[str, ...], kb: Knowledge, branch) -> Classification:
+    """A composite judged by the ops its body reaches for a sparse input, each with the same layouts."""
+    from opscan.opkey import OpKey
+
+    judged = [(name, predict_sparse(OpKey.from_yaml(name), layouts, kb)) for name in branch.paths[0].calls]
+    name, worst = max(judged, key=lambda pair: pair[1].verdict.rank)
+    named = ", ".join(f"{n} ({found.verdict})" for n, found in judged)
+    text = (f"{op} gets a {'/'.join(layouts)} tensor; it is a composite whose body, for a sparse input, calls "
+            f"{named} (composite_paths.yaml sparse_paths): the worst, {name}, decides for torch {kb.release}")
+    source = " + ".join(dict.fromkeys(("composite_paths.yaml: " + branch.source, worst.evidence.source)))
+    return result(worst.verdict, "sparse-composite-path", text, source, worst.remedy)
 
 
 @functools.lru_cache(maxsize=64)
