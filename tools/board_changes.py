@@ -11,9 +11,10 @@ whose lane changed with no change in its blocking rows is unexplained too.
     python tools/board_changes.py OLD NEW [--models NAME,...] [-f markdown|json] [--title T]
 
 OLD and NEW: a leaderboard.json (schema opscan-zoo/1), a leaderboard.csv / .csv.gz (`opscan zoo`'s CSV; the
-old timm-full board is kept only as CSV) or a run's zoo.jsonl journal (the models finished so far). `--models`: only models also in this list (or in NEW with --models=new).
-Read with json/csv only (the boards are files opscan did not write in this run). Exit 0 when every changed cell
-is explained, 1 when some is not, 2 for a file that is not a board.
+old timm-full board is kept only as CSV) or a run's zoo.jsonl journal (the models finished so far).
+`--models`: only models also in this list (or in NEW with --models=new). Read with json/csv only (the boards
+are files opscan did not write in this run). Exit 0 when every changed cell is explained, 1 when some is not,
+2 for a file that is not a board.
 """
 
 from __future__ import annotations
@@ -133,7 +134,8 @@ def read_board(path: Path) -> dict[tuple[str, str], CellState]:
     text = (gzip.decompress(raw) if path.name.endswith(".gz") else raw).decode("utf-8")
     if path.name.endswith(".jsonl"):  # a zoo journal (a run in progress): its finished models
         lines = [json.loads(x) for x in text.splitlines() if x.strip()]
-        return _read_json({"schema": "opscan-zoo/1", "models": [x["result"] for x in lines if x.get("kind") == "model"]})
+        models = [x["result"] for x in lines if x.get("kind") == "model"]
+        return _read_json({"schema": "opscan-zoo/1", "models": models})
     return _read_json(json.loads(text)) if path.name.endswith(".json") else _read_csv(text)
 
 
