@@ -59,8 +59,8 @@ def test_changed_cells_are_claimed_by_their_cause_and_the_rest_are_unexplained(t
     assert by_cell[("vit", "2.5.0")]["causes"] == ["isneginf"] and not by_cell[("vit", "2.5.0")]["unexplained"]
     assert by_cell[("cnn", "2.5.0")]["causes"] == ["silent"]  # a new `mismatch` verdict (silent_bugs.yaml)
     # lerp_ has an MPS kernel from 2.1.0: its disappearing there is no release-faithful path, it is unexplained
-    assert by_cell[("vit", "2.1.0")]["unexplained"] == [["-", "aten::lerp_.Scalar", "float32", "unsupported"]]
-    assert by_cell[("vit", "2.14.1")]["unexplained"] == [["+", "aten::take", "float32", "unsupported"]]
+    assert by_cell[("vit", "2.1.0")]["unexplained"] == [["-", "aten::lerp_.Scalar", "float32", "unsupported", "r"]]
+    assert by_cell[("vit", "2.14.1")]["unexplained"] == [["+", "aten::take", "float32", "unsupported", "r"]]
 
 
 def test_markdown_counts_causes_per_release_and_lists_unexplained_cells(tmp_path, capsys):
@@ -71,7 +71,7 @@ def test_markdown_counts_causes_per_release_and_lists_unexplained_cells(tmp_path
     assert "8 cells compared: 6 changed (6 changed lane, 0 only their blocking rows), 2 unchanged." in out
     assert "| release | isneginf | lerp_ | silent | unexplained |" in out and "| 2.0.0 |  | 2 |  |  |" in out
     assert "| unexplained | 2 | 2 |" in out and "| 2.5.0 | mac-first | linux-gpu-first | 1 |" in out
-    assert "- vit @ 2.1.0: dual-track -> mac-first; - aten::lerp_.Scalar float32 unsupported" in out
+    assert "- vit @ 2.1.0: dual-track -> mac-first; - aten::lerp_.Scalar float32 unsupported r" in out
     assert main([str(tmp_path / "old.json"), str(tmp_path / "old.json")]) == 0  # nothing changed: nothing to explain
 
 

@@ -2,7 +2,7 @@
 
 `opscan zoo diff` lists the cells whose *lane* changed. Re-publishing a board from another torch and another
 opscan also changes cells whose lane stays (a blocking row gone while another stays), so this compares every
-model x release in both boards on its lane **and** its blocking rows (op, dtypes, verdict), and says why each
+model x release in both boards on its lane **and** its blocking rows (op, dtypes, verdict, rule), and says why each
 changed: every blocking row that appeared or disappeared must be claimed by one of CAUSES (a release range and
 the ops its release-faithful path removes or adds, with the source the cause rests on). A changed cell that some
 cause does not fully explain is listed under `unexplained` — a bug to investigate, never a silent pass. A cell
@@ -51,8 +51,8 @@ class Cause:
     def claims(self, release: str, op: str) -> bool:
         return self._in(release) and op in self.gone
 
-    def adds(self, release: str, verdict: str) -> bool:
-        return self._in(release) and verdict in self.appears
+    def adds(self, release: str, verdict: str, rule: str) -> bool:
+        return self._in(release) and (verdict in self.appears or f"{verdict} ({rule})" in self.appears)
 
 
 CAUSES = (
@@ -81,6 +81,16 @@ CAUSES = (
           "cpu/cuda/meta devices and `_VF.norm` (aten::norm.ScalarOpt_dim, MPS kernel in 2.0.0) on MPS; "
           "opscan/trace/branches.py (device-branch audit) and facts.yaml earlier_paths "
           "`torch/nn/utils/clip_grad.py:_get_total_norm`; linalg_vector_norm always runs on the CPU in 2.0.x"),
+    Cause("amp-api", "`torch.autocast(\"mps\")` raises before 2.5.0 (finding `torch::autocast.mps`)",
+          ("2.0", "2.1", "2.2", "2.3", "2.4"), (),
+          "torch 2.0.0 wheel torch/amp/autocast_mode.py:201 (`raise RuntimeError('User specified autocast device_type "
+          "must be 'cuda' or 'cpu'')`, before `enabled` is looked at) and 2.4.0's :238 (`if not "
+          "is_autocast_available(self.device): raise RuntimeError(...)`); opscan/trace/amp.py (issue 24, after the "
+          "old boards): a step entering autocast for mps, even with enabled=False (timm's EfficientViT attention), "
+          "is an `error` row (rule amp-api) on 2.0-2.4", appears=("error (amp-api)",)),
+    Cause("missing-api", "a torch function the release's wheel does not have (rule `missing-api`)", (), (),
+          "opscan/knowledge/py_drift.txt (each release's wheel): the function the step's code calls is absent; "
+          "each API is checked by hand in CHANGES.md", appears=("error (missing-api)",)),
     Cause("silent", "a known MPS silent-correctness bug (verdict `mismatch`)", (), (),
           "opscan/knowledge/silent_bugs.yaml (issue 26, after the old boards): a call that meets an entry's "
           "condition in an affected release is predicted `mismatch` (rule silent-bug-<id>, the pytorch issue and "
@@ -91,16 +101,16 @@ CAUSES = (
 @dataclass(frozen=True)
 class CellState:
     lane: str
-    rows: frozenset[tuple[str, str, str]]  # (op, dtypes, verdict)
+    rows: frozenset[tuple[str, str, str, str]]  # (op, dtypes, verdict, rule)
 
 
-def _rows_of_text(text: str) -> frozenset[tuple[str, str, str]]:
+def _rows_of_text(text: str) -> frozenset[tuple[str, str, str, str]]:
     rows = set()
     for part in filter(None, (p.strip() for p in text.split("; "))):
         m = ROW.match(part)
         if m is None:
             raise ValueError(f"not a blocking row: {part!r}")
-        rows.add((m["op"], m["dtypes"], m["verdict"]))
+        rows.add((m["op"], m["dtypes"], m["verdict"], m["rule"]))
     return frozenset(rows)
 
 
@@ -108,7 +118,7 @@ def _read_csv(text: str) -> dict[tuple[str, str], CellState]:
     cells = {}
     for r in csv.DictReader(io.StringIO(text)):
         if r["status"] == "error":
-            cells[(r["model"], "*")] = CellState("error", frozenset({("error", "", r["error"])}))
+            cells[(r["model"], "*")] = CellState("error", frozenset({("error", "", r["error"], "")}))
         else:
             cells[(r["model"], r["release"])] = CellState(r["lane"], _rows_of_text(r["blocking"]))
     return cells
@@ -121,9 +131,9 @@ def _read_json(data: dict) -> dict[tuple[str, str], CellState]:
     for m in data["models"]:
         name = m["model"]["name"]
         if m.get("error"):
-            cells[(name, "*")] = CellState("error", frozenset({("error", "", m["error"])}))
+            cells[(name, "*")] = CellState("error", frozenset({("error", "", m["error"], "")}))
         for c in m.get("cells", []):
-            rows = frozenset((b["op"], ",".join(b["dtypes"]), b["verdict"]) for b in c["blocking"])
+            rows = frozenset((b["op"], ",".join(b["dtypes"]), b["verdict"], b["rule"]) for b in c["blocking"])
             cells[(name, c["release"])] = CellState(c["lane"], rows)
     return cells
 
@@ -153,7 +163,7 @@ def classify(release: str, gone: set, new: set) -> tuple[tuple[str, ...], tuple]
         elif cause.key not in keys:
             keys.append(cause.key)
     for row in sorted(new):
-        cause = next((c for c in CAUSES if c.adds(release, row[2])), None)
+        cause = next((c for c in CAUSES if c.adds(release, row[2], row[3])), None)
         if cause is None:
             left.append(("+",) + row)
         elif cause.key not in keys:
