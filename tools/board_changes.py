@@ -44,6 +44,7 @@ class Cause:
     gone: tuple[str, ...]
     evidence: str
     appears: tuple[str, ...] = ()
+    new_ops: tuple[str, ...] = ()  # ops whose appearing rows this cause claims, whatever their verdict
 
     def _in(self, release: str) -> bool:
         return not self.series or release.rsplit(".", 1)[0] in self.series
@@ -53,6 +54,9 @@ class Cause:
 
     def adds(self, release: str, verdict: str, rule: str) -> bool:
         return self._in(release) and (verdict in self.appears or f"{verdict} ({rule})" in self.appears)
+
+    def adds_op(self, release: str, op: str) -> bool:
+        return self._in(release) and op in self.new_ops
 
 
 CAUSES = (
@@ -91,6 +95,12 @@ CAUSES = (
     Cause("missing-api", "a torch function the release's wheel does not have (rule `missing-api`)", (), (),
           "opscan/knowledge/py_drift.txt (each release's wheel): the function the step's code calls is absent; "
           "each API is checked by hand in CHANGES.md", appears=("error (missing-api)",)),
+    Cause("timm-version", "the model's own code in timm 1.0.31 (the old host had another timm)", (),
+          ("aten::_upsample_bicubic2d_aa", "aten::_upsample_bicubic2d_aa_backward"),
+          "timm 1.0.31 timm/models/naflexvit.py:2491 `naflexvit_base_patch16_siglip`: "
+          "`pos_embed_interp_mode='bilinear'` (the NaFlexVitCfg default, line 100, is 'bicubic', which the old "
+          "host's timm used): its position embedding is resized by _upsample_bilinear2d_aa, not bicubic",
+          new_ops=("aten::_upsample_bilinear2d_aa", "aten::_upsample_bilinear2d_aa_backward")),
     Cause("silent", "a known MPS silent-correctness bug (verdict `mismatch`)", (), (),
           "opscan/knowledge/silent_bugs.yaml (issue 26, after the old boards): a call that meets an entry's "
           "condition in an affected release is predicted `mismatch` (rule silent-bug-<id>, the pytorch issue and "
@@ -163,7 +173,7 @@ def classify(release: str, gone: set, new: set) -> tuple[tuple[str, ...], tuple]
         elif cause.key not in keys:
             keys.append(cause.key)
     for row in sorted(new):
-        cause = next((c for c in CAUSES if c.adds(release, row[2], row[3])), None)
+        cause = next((c for c in CAUSES if c.adds(release, row[2], row[3]) or c.adds_op(release, row[0])), None)
         if cause is None:
             left.append(("+",) + row)
         elif cause.key not in keys:
