@@ -215,6 +215,28 @@ def test_a_custom_op_is_an_error_before_torch_2_4():
     assert new.evidence.rule != "missing-api"
 
 
+def test_f_pad_bound_to_c_in_2_0_is_no_missing_api():
+    """2.0.0's torch/nn/functional.py binds `pad = _add_docstr(torch._C._nn.pad, ...)` (py_drift.txt's `<assign>pad`
+    unit; a Python `def pad` only from 2.2.0, which ends in the same torch._C._nn.pad): F.pad exists there."""
+    report = _scan(f"{PATHS}:padded", "2.0.0")
+    row = _rows(report)["aten::constant_pad_nd"]
+    assert (row.verdict.value, row.evidence.rule) != ("error", "missing-api")
+    assert row.verdict.value == "native" and not any("functional.pad" in n for n in report.trace["notes"])
+
+
+def test_rms_norm_is_missing_before_2_4_unless_timm_looks_it_up_first():
+    """F.rms_norm arrived in torch 2.4.0: a step calling it fails on 2.3.0. timm 1.0.31's RmsNorm imports it with
+    `try: from torch.nn.functional import rms_norm / except ImportError: from .fast_norm import rms_norm`
+    (timm/layers/norm.py): on 2.3.0 timm runs its own pow/mean/rsqrt, so its calls are no error (drift, noted)."""
+    direct = _scan(f"{PATHS}:rms", "2.3.0")
+    assert any(r.evidence.rule == "missing-api" and "torch.nn.functional.rms_norm" in r.evidence.text
+               for r in direct.rows)
+    timm = _scan(f"{PATHS}:timm_rms", "2.3.0")
+    assert not any(r.evidence.rule == "missing-api" for r in timm.rows)
+    assert any("torch/nn/functional.py:rms_norm" in n and "no earlier_paths fact" in n for n in timm.trace["notes"])
+    assert not any(r.evidence.rule == "missing-api" for r in _scan(f"{PATHS}:rms", "2.4.0").rows)
+
+
 def test_the_trace_names_the_torch_function_that_issued_each_call():
     options = ScanOptions(f"{PATHS}:rpow", memory=False, fx=False)
     trace = prepare(options).trace

@@ -139,3 +139,18 @@ def test_a_release_answering_a_question_differently_gets_its_own_trace():
     assert answers_equal(asked.asked(), Questions(lambda op: True, macos=(14, 4)))  # unasked ops do not matter
     assert not answers_equal(asked.asked(), Questions(lambda op: False, macos=(14, 0)))
     assert not answers_equal(asked.asked(), Questions(lambda op: True, macos=(15, 0)))
+
+
+def test_a_real_tensor_try_never_switches_to_fake_tensors(monkeypatch):
+    """The zoo's real-tensor try is for models whose step fake tensors cannot finish (detectors): switching to fake
+    ones because free RAM looked short traced them only up to detector.transform (9 rows of ~140, the 2026-12-03
+    re-publish on a loaded 2-core machine). With every footprint "too big", the real try stays real."""
+    from opscan.zoo.models import ZooModel
+    from opscan.zoo.task import options_for, run_model
+
+    monkeypatch.setattr("opscan.trace.fake.RAM_FRACTION", 0.0)  # any step now looks too big for the RAM
+    model = ZooModel("mlp", f"{TARGETS / 'zoo_tiny.py'}:mlp", fake="false")
+    assert options_for(model, False).auto_fake is False
+    found = run_model(model.to_dict(), ("2.14.1",))
+    real = result_of(scan(ScanOptions(model.target, auto_fake=False, memory=False, fx=False)), "2.14.1")
+    assert found["fake"] is False and found["cells"][0]["rows"] == real.rows

@@ -9,7 +9,10 @@ For a release R, `release_paths(trace, view, kb)` makes three changes to the MPS
   then the verdict of the op R ran). Calls inside a lens span (a C++ composite the lens caught) are the
   composite's own and stay;
 - **missing APIs**: a call whose entry function (the torch function the step's code called) does not exist in
-  R is `error` (rule `missing-api`): on R the step fails there with AttributeError or ImportError;
+  R is `error` (rule `missing-api`): on R the step fails there with AttributeError or ImportError. Not when R
+  binds the name another way (`pad = _add_docstr(torch._C._nn.pad, ...)`: py_drift.txt's `<assign>pad` unit),
+  nor when the call comes from a library that feature-detects the API and runs its own code where R lacks it
+  (FEATURE_DETECTED): then the entry is drift like any other (reviewed, or said in the notes);
 - **unreviewed drift**: a function the step executed whose code differs in R, that no fact covers and that
   py_review.yaml does not put in one same-ops class with the installed version (or that py_drift.txt does not
   cover), keeps its rows' verdicts, but their evidence says R may dispatch other ops there, and the report's
@@ -35,6 +38,12 @@ API_NAMES = {"torch/_library/custom_ops.py": "torch.library.custom_op"}
 # code whose per-release behaviour the AutocastMPS table models instead (knowledge/autocast.py; trace/amp.py records
 # one `torch::amp.GradScaler` finding where the release lacks it, and steers unscale_ per release)
 AMP_MODELLED = ("torch/amp/grad_scaler.py:",)
+# torch APIs that a library looks up before calling and replaces with code of its own where the release lacks them;
+# a call that comes from those library files (OpCall.caller) is no failure on such a release. timm 1.0.31:
+# timm/layers/norm.py `try: from torch.nn.functional import rms_norm / except ImportError: from .fast_norm import
+# rms_norm` (pow, mean, add, rsqrt, mul) and timm/layers/fast_norm.py `has_torch_rms_norm = hasattr(F, 'rms_norm')`
+# (F.rms_norm from torch 2.4.0).
+FEATURE_DETECTED = {"torch/nn/functional.py:rms_norm": ("/timm/layers/",)}
 
 
 @dataclass(frozen=True)
@@ -63,7 +72,7 @@ def release_paths(trace, view: tuple[MpsCall, ...], kb: Knowledge) -> ReleasePat
                table.hash_in(u, kb.release) != installed_hash(u)}
     paths = tuple(p for p in kb.facts.python_paths if p.from_unit in differs)
     new_view, origin, chains = _substituted(trace, view, chains, paths)
-    missing = _missing(table, kb.release, chains, differs)
+    missing = _missing(table, kb.release, chains, differs, _detected(trace, new_view, chains))
     covered = {p.from_unit for p in paths} | {p.via for p in paths if p.via}
     drifted = tuple(u for u in executed if u in differs and u not in covered and u not in missing
                     and not (table.covers(u, kb.release) and same_ops(u, table.hash_in(u, kb.release),
@@ -141,13 +150,33 @@ def _callees(op: OpKey, dtypes) -> tuple | None:
     return tuple((OpKey.from_yaml(name), tuple(dtypes)) for name in calls[0][1] if "::" not in name)
 
 
-def _missing(table, release: str, chains, differs) -> dict:
+def _detected(trace, view, chains) -> frozenset[str]:
+    """The entries of FEATURE_DETECTED whose every call came from the library files that look them up first."""
+    callers: dict[str, set] = {}
+    for call, chain in zip(view, chains):
+        if chain and chain[-1] in FEATURE_DETECTED:
+            at = trace.calls[call.index].caller if 0 <= call.index < len(trace.calls) else None
+            callers.setdefault(chain[-1], set()).add(at[0].replace("\\", "/") if at else "")
+    return frozenset(e for e, files in callers.items()
+                     if all(any(lib in f for lib in FEATURE_DETECTED[e]) for f in files))
+
+
+def _bound(table, unit: str, release: str) -> bool:
+    """Whether `unit`'s name is bound in `release` by an assignment (a C function under the same name)."""
+    rel, _, qualname = unit.partition(":")
+    scope, _, name = qualname.rpartition(".")
+    assign = f"{rel}:{scope + '.' if scope else ''}<assign>{name}"
+    return table.covers(assign, release) and table.hash_in(assign, release) is not None
+
+
+def _missing(table, release: str, chains, differs, detected=frozenset()) -> dict:
     """entry unit -> (its API name, the first covered release that has it), for entries absent in `release`."""
     out = {}
     for chain in set(chains):
         entry = chain[-1] if chain else None
         if entry in differs and not entry.startswith(AMP_MODELLED) and table.covers(entry, release) \
-                and table.hash_in(entry, release) is None:
+                and table.hash_in(entry, release) is None and entry not in detected \
+                and not _bound(table, entry, release):
             later = [r for r in table.releases if table.hash_in(entry, r) is not None]
             out[entry] = (_api(entry), later[0] if later else None)
     return out

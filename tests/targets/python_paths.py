@@ -2,7 +2,9 @@
 
 Each builder is a tiny model whose step runs one torch Python function whose code differs between releases:
 `rpow` (Tensor.__rpow__), `normed` (F.normalize, Tensor.norm), `mha` (F.multi_head_attention_forward with
-need_weights=True), `upsample` (F.interpolate bilinear), `custom` (a torch.library.custom_op, from 2.4.0).
+need_weights=True), `upsample` (F.interpolate bilinear), `custom` (a torch.library.custom_op, from 2.4.0),
+`padded` (F.pad: a C binding in 2.0.0-2.1.2, a Python function from 2.2.0), `rms` (F.rms_norm, from 2.4.0) and
+`timm_rms` (timm's RmsNorm, which uses F.rms_norm where torch has it and its own code elsewhere).
 The step clips the gradients (clip_grad_norm_) before AdamW's step.
 """
 
@@ -32,6 +34,10 @@ class _Net(nn.Module):
         self.proj = nn.Linear(4, 4)
         self.attn = nn.MultiheadAttention(4, 2) if kind == "mha" else None
         self.conv = nn.Conv2d(1, 1, 1) if kind == "upsample" else None
+        if kind == "timm_rms":
+            from timm.layers import RmsNorm
+
+            self.norm = RmsNorm(4)
 
     def forward(self, x):
         if self.kind == "upsample":
@@ -43,6 +49,12 @@ class _Net(nn.Module):
             return F.normalize(y, dim=-1) * y.norm()
         if self.kind == "custom":
             return double(y)
+        if self.kind == "padded":
+            return F.pad(y, (1, 1))
+        if self.kind == "rms":
+            return F.rms_norm(y, (4,))
+        if self.kind == "timm_rms":
+            return self.norm(y)
         out, _ = self.attn(y, y, y)  # need_weights=True: nn.MultiheadAttention's default
         return out
 
@@ -65,6 +77,18 @@ def upsample():
 
 def custom():
     return _Net("custom"), torch.randn(3, 4)
+
+
+def padded():
+    return _Net("padded"), torch.randn(3, 4)
+
+
+def rms():
+    return _Net("rms"), torch.randn(3, 4)
+
+
+def timm_rms():
+    return _Net("timm_rms"), torch.randn(3, 4)
 
 
 def train_step(model, optimizer, inputs):

@@ -1,0 +1,84 @@
+"""tools/board_changes.py: the cell diff behind docs/leaderboard/CHANGES.md (issue 24, re-publish).
+
+Boards are crafted with opscan's own Leaderboard and written by its own JSON and CSV writers, so the tool reads
+what `opscan zoo` writes. A changed blocking row is explained only by a cause for its release; anything else is
+listed as unexplained (exit 1), never absorbed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+
+from conftest import REPO, TARGETS
+from opscan.zoo.board import Cell, Leaderboard, ModelResult
+from opscan.zoo.models import ZooModel
+from opscan.zoo.outputs import render_csv, render_json
+from opscan.zoo.releases import BlockingRow, ReleaseResult
+
+sys.path.insert(0, str(REPO / "tools"))
+
+from board_changes import CAUSES, main, read_board  # noqa: E402
+
+RELEASES = ("2.0.0", "2.1.0", "2.5.0", "2.14.1")
+
+
+def _cell(release: str, lane: str, *rows: tuple[str, str]) -> Cell:
+    blocking = tuple(BlockingRow(op, ("float32",), verdict, "r", "e", "s", "predicted") for op, verdict in rows)
+    return Cell(ReleaseResult(release, lane, ("why",), not rows, blocking, 10))
+
+
+def _board(*cells_of: tuple[str, tuple[Cell, ...]]) -> Leaderboard:
+    target = f"{TARGETS / 'zoo_tiny.py'}:mlp"
+    models = tuple(ModelResult(ZooModel(name, target), cells, 1.0) for name, cells in cells_of)
+    return Leaderboard("crafted", RELEASES, models, "0.1.0", "2026-12-01T00:00:00Z")
+
+
+LERP, NEG = ("aten::lerp_.Scalar", "unsupported"), ("aten::isneginf", "unsupported")
+OLD = _board(("vit", (_cell("2.0.0", "dual-track", LERP), _cell("2.1.0", "dual-track", LERP),
+                      _cell("2.5.0", "dual-track", NEG), _cell("2.14.1", "mac-first"))),
+             ("cnn", (_cell("2.0.0", "dual-track", LERP), _cell("2.1.0", "mac-first"),
+                      _cell("2.5.0", "mac-first"), _cell("2.14.1", "mac-first"))))
+NEW = _board(("vit", (_cell("2.0.0", "mac-first"), _cell("2.1.0", "mac-first"),  # 2.1.0: no cause removes lerp_
+                      _cell("2.5.0", "mac-first"), _cell("2.14.1", "dual-track", ("aten::take", "unsupported")))),
+             ("cnn", (_cell("2.0.0", "mac-first"), _cell("2.1.0", "mac-first"),
+                      _cell("2.5.0", "linux-gpu-first", ("aten::mps_convolution_backward", "mismatch")),
+                      _cell("2.14.1", "mac-first"))))
+
+
+def test_changed_cells_are_claimed_by_their_cause_and_the_rest_are_unexplained(tmp_path, capsys):
+    (tmp_path / "old.csv.gz").write_bytes(gzip.compress(render_csv(OLD).encode()))  # the old timm-full's form
+    (tmp_path / "new.json").write_text(render_json(NEW))
+    assert main([str(tmp_path / "old.csv.gz"), str(tmp_path / "new.json"), "-f", "json"]) == 1
+    found = json.loads(capsys.readouterr().out)
+    by_cell = {(c["model"], c["release"]): c for c in found["changes"]}
+    assert (found["cells"], found["unchanged"], len(by_cell)) == (8, 2, 6)
+    assert by_cell[("vit", "2.0.0")]["causes"] == ["lerp_"] and not by_cell[("vit", "2.0.0")]["unexplained"]
+    assert by_cell[("cnn", "2.0.0")]["causes"] == ["lerp_"]
+    assert by_cell[("vit", "2.5.0")]["causes"] == ["isneginf"] and not by_cell[("vit", "2.5.0")]["unexplained"]
+    assert by_cell[("cnn", "2.5.0")]["causes"] == ["silent"]  # a new `mismatch` verdict (silent_bugs.yaml)
+    # lerp_ has an MPS kernel from 2.1.0: its disappearing there is no release-faithful path, it is unexplained
+    assert by_cell[("vit", "2.1.0")]["unexplained"] == [["-", "aten::lerp_.Scalar", "float32", "unsupported", "r"]]
+    assert by_cell[("vit", "2.14.1")]["unexplained"] == [["+", "aten::take", "float32", "unsupported", "r"]]
+
+
+def test_markdown_counts_causes_per_release_and_lists_unexplained_cells(tmp_path, capsys):
+    (tmp_path / "old.json").write_text(render_json(OLD))
+    (tmp_path / "new.json").write_text(render_json(NEW))
+    assert main([str(tmp_path / "old.json"), str(tmp_path / "new.json"), "--title", "t"]) == 1
+    out = capsys.readouterr().out
+    assert "8 cells compared: 6 changed (6 changed lane, 0 only their blocking rows), 2 unchanged." in out
+    assert "| release | isneginf | lerp_ | silent | unexplained |" in out and "| 2.0.0 |  | 2 |  |  |" in out
+    assert "| unexplained | 2 | 2 |" in out and "| 2.5.0 | mac-first | linux-gpu-first | 1 |" in out
+    assert "- vit @ 2.1.0: dual-track -> mac-first; - aten::lerp_.Scalar float32 unsupported r" in out
+    assert main([str(tmp_path / "old.json"), str(tmp_path / "old.json")]) == 0  # nothing changed: nothing to explain
+
+
+def test_every_cause_names_its_source_and_a_bad_file_is_exit_2(tmp_path, capsys):
+    assert all(c.evidence and any(s in c.evidence for s in ("wheel", ".yaml", ".txt", ".py:")) for c in CAUSES)
+    (tmp_path / "r.json").write_text('{"schema": "opscan-report/3"}')
+    assert main([str(tmp_path / "r.json"), str(tmp_path / "r.json")]) == 2
+    assert "not an opscan-zoo/1 leaderboard" in capsys.readouterr().err
+    (tmp_path / "new.json").write_text(render_json(NEW))
+    assert read_board(tmp_path / "new.json")[("cnn", "2.5.0")].lane == "linux-gpu-first"
