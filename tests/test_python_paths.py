@@ -27,6 +27,7 @@ from opscan.knowledge import load_knowledge
 from opscan.knowledge.py_drift import PyDrift, installed_hash, load_py_drift, load_py_review
 from opscan.opkey import OpKey, Release
 from opscan.predict.calls import predict_call
+from opscan.verdict import Verdict
 from opscan.predict.python_paths import judged, release_paths
 from opscan.scan import ScanOptions, prepare, scan
 
@@ -245,3 +246,20 @@ def test_the_trace_names_the_torch_function_that_issued_each_call():
     assert by_op["aten::lerp_.Scalar"].py[0] == "torch/optim/adam.py:_single_tensor_adam"
     assert by_op["aten::addmm"].py[0] == "torch/nn/modules/linear.py:Linear.forward"
     assert by_op["aten::pow.Scalar"].caller[0] == os.fspath(PATHS)  # the step's own line that called it
+
+
+@pytest.mark.parametrize(("release", "verdict", "rule"), [
+    ("2.0.0", Verdict.UNSUPPORTED, "torchvision-mps-later"),  # roi_align's MPS kernel: torchvision 0.16 / torch 2.1
+    ("2.2.0", Verdict.NATIVE, "torchvision-mps"),
+])
+def test_a_torch_api_only_torchvision_calls_is_torchvisions_drift_not_a_missing_api(release, verdict, rule):
+    # torchvision 0.29.1 registers roi_align's autograd with torch.library.register_autograd (torch 2.4.0+); the
+    # torchvision paired with torch 2.0-2.3 did it in C++: the R-CNN detectors were linux-gpu-first on 2.0-2.3 by a
+    # false missing-api error (docs/leaderboard/CHANGES.md)
+    from opscan.scan import ScanOptions, scan
+
+    report = scan(ScanOptions(f"{TARGETS / 'roi_pool.py'}:build_model", torch_version=release, memory=False))
+    rows = {r.op.display: r for r in report.rows if r.op.namespace == "torchvision"}
+    assert set(rows) == {"torchvision::roi_align", "torchvision::_roi_align_backward"}
+    assert all((r.verdict, r.evidence.rule) == (verdict, rule) for r in rows.values())
+    assert not any("missing-api" in n for n in report.trace["notes"])

@@ -44,6 +44,12 @@ AMP_MODELLED = ("torch/amp/grad_scaler.py:",)
 # rms_norm` (pow, mean, add, rsqrt, mul) and timm/layers/fast_norm.py `has_torch_rms_norm = hasattr(F, 'rms_norm')`
 # (F.rms_norm from torch 2.4.0).
 FEATURE_DETECTED = {"torch/nn/functional.py:rms_norm": ("/timm/layers/",)}
+# libraries released in lockstep with torch (torchvision 0.15 with torch 2.0, ..., 0.29 with 2.14): a Mac on release R
+# runs the one paired with R, not the installed one, so a torch API that the installed library calls and R lacks is
+# that library's drift, not the user's failure. torchvision 0.29.1 registers roi_align's autograd in Python
+# (torchvision/_autograd_registrations.py: torch.library.register_autograd, torch 2.4.0+); the torchvision of torch
+# 2.0-2.3 registered it in C++ (csrc/ops/autograd/roi_align_kernel.cpp): its ops are judged by torchvision.yaml.
+LOCKSTEP = ("/torchvision/", "/torchaudio/")
 
 
 @dataclass(frozen=True)
@@ -151,14 +157,15 @@ def _callees(op: OpKey, dtypes) -> tuple | None:
 
 
 def _detected(trace, view, chains) -> frozenset[str]:
-    """The entries of FEATURE_DETECTED whose every call came from the library files that look them up first."""
+    """The entries whose every call came from library files that do not fail without them: FEATURE_DETECTED's
+    (the library looks the API up first) and any entry called only from a LOCKSTEP library."""
     callers: dict[str, set] = {}
     for call, chain in zip(view, chains):
-        if chain and chain[-1] in FEATURE_DETECTED:
+        if chain:
             at = trace.calls[call.index].caller if 0 <= call.index < len(trace.calls) else None
             callers.setdefault(chain[-1], set()).add(at[0].replace("\\", "/") if at else "")
     return frozenset(e for e, files in callers.items()
-                     if all(any(lib in f for lib in FEATURE_DETECTED[e]) for f in files))
+                     if all(any(lib in f for lib in (*FEATURE_DETECTED.get(e, ()), *LOCKSTEP)) for f in files))
 
 
 def _bound(table, unit: str, release: str) -> bool:
