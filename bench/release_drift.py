@@ -45,17 +45,14 @@ def judge_model(options) -> tuple[dict, dict, float]:
     """({release: notes}, {release: (with the rule, without it)} ReleaseResults, seconds) of one model."""
     from opscan import scan as scan_module
     from opscan.knowledge import kb_releases, load_knowledge
-    from opscan.zoo.releases import _serving, _traced, result_of
+    from opscan.zoo.releases import result_of, trace_serving
 
     base = replace(options, memory=False, torch_version=None)
     traced, notes, results = [], {}, {}
     start = time.perf_counter()
     for release in kb_releases():
         kb = load_knowledge(release=release)
-        index = _serving(traced, kb)
-        if index is None:
-            traced.append(_traced(replace(base, torch_version=release), None))
-            index = len(traced) - 1
+        index = trace_serving(traced, kb, replace(base, torch_version=release))
         prepared = replace(traced[index][0], kb=kb)
         with_rule = scan_module.scan(replace(base, torch_version=release), prepared=prepared)
         notes[release] = [n for n in with_rule.assumptions["notes"] if _NOTE.match(n)]
@@ -75,7 +72,7 @@ def paths_model(options) -> tuple[dict, dict, float]:
     from opscan.knowledge.py_drift import installed_hash, load_py_drift, same_ops
     from opscan.predict.python_paths import release_paths
     from opscan.predict.release_paths import release_view
-    from opscan.zoo.releases import _serving, _traced
+    from opscan.zoo.releases import trace_serving
 
     base = replace(options, memory=False, torch_version=None)
     traced, notes, units = [], {}, defaultdict(lambda: defaultdict(list))
@@ -83,10 +80,7 @@ def paths_model(options) -> tuple[dict, dict, float]:
     start = time.perf_counter()
     for release in kb_releases():
         kb = load_knowledge(release=release)
-        index = _serving(traced, kb)
-        if index is None:
-            traced.append(_traced(replace(base, torch_version=release), None))
-            index = len(traced) - 1
+        index = trace_serving(traced, kb, replace(base, torch_version=release))
         trace, view = traced[index][0].trace, traced[index][0].view
         view, cxx = release_view(trace, view, kb)
         notes[release] = [n for n in cxx if _NOTE.match(n)]

@@ -78,7 +78,7 @@ def release_paths(trace, view: tuple[MpsCall, ...], kb: Knowledge) -> ReleasePat
                table.hash_in(u, kb.release) != installed_hash(u)}
     paths = tuple(p for p in kb.facts.python_paths if p.from_unit in differs)
     new_view, origin, chains = _substituted(trace, view, chains, paths)
-    missing = _missing(table, kb.release, chains, differs, _detected(trace, new_view, chains))
+    missing = _missing(table, kb.release, chains, differs, _detected(trace, new_view, chains, differs))
     covered = {p.from_unit for p in paths} | {p.via for p in paths if p.via}
     drifted = tuple(u for u in executed if u in differs and u not in covered and u not in missing
                     and not (table.covers(u, kb.release) and same_ops(u, table.hash_in(u, kb.release),
@@ -156,12 +156,13 @@ def _callees(op: OpKey, dtypes) -> tuple | None:
     return tuple((OpKey.from_yaml(name), tuple(dtypes)) for name in calls[0][1] if "::" not in name)
 
 
-def _detected(trace, view, chains) -> frozenset[str]:
-    """The entries whose every call came from library files that do not fail without them: FEATURE_DETECTED's
-    (the library looks the API up first) and any entry called only from a LOCKSTEP library."""
+def _detected(trace, view, chains, differs) -> frozenset[str]:
+    """The entries (of `differs`: only those can be missing) whose every call came from library files that do not
+    fail without them: FEATURE_DETECTED's (the library looks the API up first) and any entry called only from a
+    LOCKSTEP library."""
     callers: dict[str, set] = {}
     for call, chain in zip(view, chains):
-        if chain:
+        if chain and chain[-1] in differs:
             at = trace.calls[call.index].caller if 0 <= call.index < len(trace.calls) else None
             callers.setdefault(chain[-1], set()).add(at[0].replace("\\", "/") if at else "")
     return frozenset(e for e, files in callers.items()

@@ -99,14 +99,21 @@ def scan_releases(options, releases: tuple[str, ...] | None = None, ctx=None) ->
     for release in tuple(releases) if releases else kb_releases():
         kb = load_knowledge(yaml_path=options.yaml_path, release=release, macos=options.macos,
                             chip=getattr(options, "chip", None))
-        index = _serving(traced, kb)
-        if index is None:
-            traced.append(_traced(replace(base, torch_version=release), ctx))
-            index = len(traced) - 1
+        index = trace_serving(traced, kb, replace(base, torch_version=release), ctx)
         prepared, seconds = traced[index]
         report = scan(replace(base, torch_version=release), prepared=replace(prepared, kb=kb), ctx=ctx)
         judged[release] = replace(result_of(report, release), trace=index, trace_seconds=seconds)
     return {release: replace(found, traces=len(traced)) for release, found in judged.items()}
+
+
+def trace_serving(traced: list, kb, options, ctx=None) -> int:
+    """The index in `traced` ((Prepared, seconds) per trace made) of the trace that serves `kb`'s release: the
+    first one that release would make identically, else a new trace of `options` appended."""
+    index = _serving(traced, kb)
+    if index is None:
+        traced.append(_traced(options, ctx))
+        index = len(traced) - 1
+    return index
 
 
 def _serving(traced: list, kb) -> int | None:
