@@ -90,16 +90,35 @@ def test_every_device_test_of_the_installed_torch_is_in_the_table_and_reviewed()
 
 
 @pytest.mark.slow
+def _reviewed_version(library: str) -> str:
+    """The version of `library` docs/device_branches.md was generated from ("transformers 5.24.0")."""
+    found = re.search(rf"\b{library} (\d[\w.]*)", DOC.read_text(encoding="utf-8"))
+    assert found, f"docs/device_branches.md names no {library} version"
+    return found.group(1).rstrip(".")
+
+
+def test_the_reviewed_versions_are_the_pinned_ones():
+    # a fresh install takes what constraints/torch-2.14.1.txt pins: the review must be of those versions
+    pins = dict(line.split("==") for line in (ROOT / "constraints" / "torch-2.14.1.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    for library in ("transformers", "timm"):
+        assert pins.get(library) == _reviewed_version(library), (library, pins.get(library))
+
+
 def test_every_device_test_of_transformers_and_timm_is_reviewed():
+    from importlib.metadata import version
+
     audit = _audit()
     reviews = audit.load_review()
     for library in ("transformers", "timm"):
         hits = audit.scan(library, audit.installed_files(library))
         rows = _doc_rows(library)
-        assert len(rows) == len(hits)
+        why = (f"the review is of {library} {_reviewed_version(library)}, {version(library)} is installed: install "
+               "with -c constraints/torch-2.14.1.txt, or rerun tools/audit_device_branches.py and review the new hits")
+        assert len(rows) == len(hits), why
         for hit in hits:
-            assert (hit.file, hit.function, str(hit.line)) in rows
-            assert audit.classify(hit, reviews).relevant is not None
+            assert (hit.file, hit.function, str(hit.line)) in rows, (why, hit.file, hit.line)
+            assert audit.classify(hit, reviews).relevant is not None, (why, hit.file, hit.line)
 
 
 # ---------------------------------------------------------------- branches that change the trace

@@ -149,3 +149,19 @@ def test_no_repeat_flag():
     args = build_parser().parse_args(["t.py:f", "--no-repeat"])
     assert scan_options(args, None).repeat is False
     assert scan_options(build_parser().parse_args(["t.py:f"]), None).repeat is True
+
+
+def test_per_layer_function_wrappers_in_a_dict_are_alike():
+    # transformers 5.25 (with `kernels`) gives each attention layer its own instance of a stateless wrapper in a
+    # plain dict attribute (`_kernel_funcs`); equal instances of one class are alike, unequal ones are not
+    from tests.targets.repeat import kernel_funcs
+
+    model, _ = kernel_funcs(6)
+    stack, reason = find_stack(model)
+    assert stack is not None and reason is None, reason
+    model, _ = kernel_funcs(6, odd_scale=2.0)
+    stack, reason = find_stack(model)
+    assert stack is None and "layer 1's attribute _kernel_funcs" in reason, reason
+    short, full = _scans(f"{TARGETS}:kernel_funcs", {"layers": 6})
+    assert any("layers 3 .. 4 replicated from layer 2" in n for n in _notes(short)), _notes(short)
+    _assert_equal(short, full)

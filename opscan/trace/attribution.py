@@ -40,8 +40,19 @@ class ModuleTracker:
         """Dotted path in the model, or `<ClassName>` for modules outside it (a loss module)."""
         return self.names.get(id(module), f"<{type(module).__name__}>")
 
+    def _running_name(self, module: torch.nn.Module) -> str:
+        """The path a running module's calls are attributed to: its own, or — for a module outside the model's
+        tree called from inside a model module (one held in a plain dict or list, not registered: transformers
+        5.25's per-layer `_kernel_funcs` wrappers) — the model module that called it, as its calls are that
+        module's code; a module outside the tree called from outside the model (a loss) keeps `<ClassName>`."""
+        name = self.names.get(id(module))
+        if name is not None:
+            return name
+        caller = self.stack[-1] if self.stack else None
+        return caller if caller is not None and not caller.startswith("<") else f"<{type(module).__name__}>"
+
     def _pre(self, module, args):
-        self.stack.append(self.name_of(module))
+        self.stack.append(self._running_name(module))
         if module is self.root:
             self.root_depth += 1
 

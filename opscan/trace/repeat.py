@@ -112,7 +112,7 @@ def _attributes(module, base, position: int, path: str) -> str | None:
         if name in _SKIP:
             continue
         other = vars(base).get(name, _MISSING)
-        if value is other or _plain_equal(value, other):
+        if value is other or _alike(value, other):
             continue
         if type(value) is int and type(other) is int and value - other == position:
             continue  # the layer's index (layer_idx), counted from layer 0's
@@ -124,12 +124,18 @@ def _attributes(module, base, position: int, path: str) -> str | None:
 _MISSING = object()
 
 
-def _plain_equal(a, b) -> bool:
-    """Equal plain values (numbers, strings, dtypes, devices, and tuples or lists of them)."""
+def _alike(a, b) -> bool:
+    """Equal plain values (numbers, strings, dtypes, devices), tuples, lists and dicts of alike values, or modules
+    held outside the module tree (not submodules: a dict of per-layer function wrappers, transformers 5.25's
+    `_kernel_funcs`) that are alike as layers are: one class, one shape, alike attributes, no hooks."""
     if type(a) is not type(b):
         return False
     if type(a) in (tuple, list):
-        return len(a) == len(b) and all(_plain_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_alike(x, y) for x, y in zip(a, b))
+    if type(a) is dict:
+        return a.keys() == b.keys() and all(_alike(a[k], b[k]) for k in a)
+    if isinstance(a, torch.nn.Module):
+        return _unlike((b, a)) is None
     return type(a) in _PLAIN and a == b
 
 

@@ -75,3 +75,34 @@ def qwen_alternating(layers: int = 6):
     model = Qwen2ForCausalLM(cfg)
     ids = torch.randint(0, 100, (1, 12), generator=torch.Generator().manual_seed(0))
     return model, {"input_ids": ids, "labels": ids.clone()}
+
+
+class _Rotate(nn.Module):
+    """A stateless function wrapped as a module, as transformers 5.25's `use_kernelized_func` (the `kernels`
+    package) gives each attention layer its own instance in a plain dict, `_kernel_funcs`: not a submodule."""
+
+    def __init__(self, scale: float = 1.0):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.roll(x, 1, dims=-1) * self.scale
+
+
+class KernelBlock(Block):
+    """A Block that holds its own `_Rotate` in a dict attribute (a new instance per layer)."""
+
+    def __init__(self, width: int, layer_idx: int, scale: float = 1.0):
+        super().__init__(width, layer_idx)
+        self.__dict__.setdefault("_kernel_funcs", {})["rotate"] = _Rotate(scale)
+
+    def forward(self, x):
+        return super().forward(self._kernel_funcs["rotate"](x))
+
+
+def kernel_funcs(layers: int = 6, odd_scale: float = 1.0):
+    """Blocks that each hold a per-instance wrapped function in a dict; `odd_scale` != 1 makes odd layers'
+    wrappers differ (they are then not alike)."""
+    model = Stack(layers)
+    model.layers = nn.ModuleList(KernelBlock(16, i, odd_scale if i % 2 else 1.0) for i in range(layers))
+    return model, _inputs()
