@@ -21,6 +21,7 @@ A model is a mismatch when its lane differs from `lane` (and it is not known-wro
 not among its `non_native` keys, or when an expected one is gone. The last line is the headline:
 
     python bench/zoo.py [--manifest bench/zoo.yaml] [--only NAME ...] [--markdown] [--journal FILE] [--reuse]
+                        [--reports DIR]
     ...
     zoo_mismatches: 0 models
 
@@ -109,7 +110,16 @@ def options_of(entry: dict):
                        torch_version=entry.get("torch_version"), memory=False, fx=False)
 
 
-def run_one(name: str, entry: dict) -> Result:
+def canonical_report(report) -> str:
+    """The report as sorted JSON without what differs between runs of one commit (the environment, timings):
+    two commits' reports of one model compare equal exactly when they say the same (issue 37's byte check)."""
+    data = report.to_dict()
+    data.pop("environment", None)
+    data.pop("opscan_version", None)
+    return json.dumps(data, sort_keys=True, indent=1, default=str) + "\n"
+
+
+def run_one(name: str, entry: dict, reports: Path | None = None) -> Result:
     from opscan.scan import scan
     from opscan.verdict import Verdict
 
@@ -122,6 +132,8 @@ def run_one(name: str, entry: dict) -> Result:
         result.seconds = time.perf_counter() - start
         return result
     result.seconds = time.perf_counter() - start
+    if reports is not None:
+        (reports / f"{name}.json").write_text(canonical_report(report), encoding="utf-8")
     result.rows = len(report.rows)
     result.unknown = sum(1 for r in report.rows if r.verdict == Verdict.UNKNOWN)
     result.non_native = sorted({f"{r.op.display} {r.verdict.value}" for r in report.rows
@@ -227,7 +239,12 @@ def main(argv=None) -> int:
     parser.add_argument("--markdown", action="store_true", help="print the docs/zoo-table.md table and its reasons")
     parser.add_argument("--journal", help="append each model's result to this file (JSON lines)")
     parser.add_argument("--reuse", action="store_true", help="take the models the journal holds from it")
+    parser.add_argument("--reports", help="write each model's report into this folder as canonical JSON (NAME.json: "
+                        "no environment or timings), to compare two commits with diff -r")
     args = parser.parse_args(argv)
+    reports = Path(args.reports) if args.reports else None
+    if reports is not None:
+        reports.mkdir(parents=True, exist_ok=True)
     manifest = yaml.safe_load(Path(args.manifest).read_text(encoding="utf-8"))
     defaults = manifest.get("defaults", {})
     models = {name: {**defaults, **entry} for name, entry in manifest["models"].items()
@@ -239,7 +256,7 @@ def main(argv=None) -> int:
         if name in done:
             results.append(Result(name, entry, **done[name]))
             continue
-        results.append(run_one(name, entry))
+        results.append(run_one(name, entry, reports))
         print(f"zoo: {name}: {results[-1].seconds:.1f} s {results[-1].lane or results[-1].error}", file=sys.stderr)
         if args.journal:
             with open(args.journal, "a", encoding="utf-8") as fh:
