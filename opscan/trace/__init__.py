@@ -22,7 +22,9 @@ from opscan.trace.amp import AmpTrace
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker
 from opscan.trace.lens import Lens
 from opscan.trace.questions import Questions
+from opscan.trace.functions import StepFunctions
 from opscan.trace.host import HostFactories
+from opscan.trace.moves import ExplicitMoves
 from opscan.trace.recorder import CallRecorder
 from opscan.trace.records import FxInfo, OpCall, TensorMeta, Trace
 from opscan.trace.registrations import registrations
@@ -92,18 +94,17 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
     recorder = CallRecorder(tracker, mapper, phases, release.expands)
     recorder.sites.anchor = target.anchor  # the factory: the CallSite of a call no line of the user's made
     lens = Lens(release, clock=lambda: len(recorder.calls), tracker=tracker, paused=lambda: recorder.expanding,
-                spans=spans)
+                spans=spans, gate=contextlib.nullcontext())  # the step's one function mode is the lens's gate
     recorder.index_parameters(model)
     recorder.index_placement(model, inputs)
     below = memory(model, inputs, lambda: len(recorder.calls) - 1) if memory else None
     recorder.below = below
     notes: list[str] = list(shortcut.notes)
     with contextlib.ExitStack() as stack:
-        tagger = fxnodes.FxNodeTagger(gm, tracker, recorder) if gm is not None else contextlib.nullcontext()
         attached = below.attached() if below is not None else contextlib.nullcontext()
         mixed = AmpTrace(release, notes, recorder) if amp is not None else contextlib.nullcontext()
-        for ctx in (tracker, phases, tagger, lens, HostFactories(recorder.storages), mapper, attached, recorder,
-                    mixed):
+        functions = StepFunctions(_jobs(mapper, gm, tracker, recorder))
+        for ctx in (tracker, phases, lens, functions, attached, recorder, mixed):
             stack.enter_context(ctx)
         if target.fake is not None:
             stack.enter_context(fake.stop_on_data_dependence(notes, recorder.calls))
@@ -125,6 +126,13 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
         asked=release.asked(),
         registrations=registrations(c.op for c in calls),
     )
+
+
+def _jobs(mapper, gm, tracker, recorder) -> tuple:
+    """The jobs of the step's one TorchFunctionMode (trace/functions.py), outermost first: the autograd nodes'
+    modules, the fx node tags (when fx traced the model), factories made on the host, explicit host moves."""
+    tagger = (fxnodes.FxNodeTagger(gm, tracker, recorder),) if gm is not None else ()
+    return (mapper, *tagger, HostFactories(recorder.storages), ExplicitMoves())
 
 
 def _prepared(target: Target, options: TraceOptions):
