@@ -3,13 +3,14 @@
 Wraps `predict.rules.predict_op` with what the view knows and the classifier doesn't: a composite's
 recorded callees, metadata-only views, the shapes the kernel checks need, sparse layouts (judged by
 predict/sparse.py from the release's SparseMPS registrations, never by the dense kernel) and the known
-silent-correctness bugs a call's arguments meet (predict/silent.py: a predicted `mismatch`). One verdict per call;
+silent-correctness bugs a call's arguments meet (predict/silent.py: a predicted `mismatch`), and the placement model
+(predict/placement.py: a host tensor an MPS kernel refuses is an `error` of the user's code). One verdict per call;
 a report row takes the worst of its calls.
 """
 
 from __future__ import annotations
 
-from opscan.predict import release_paths, silent
+from opscan.predict import placement, release_paths, silent
 from opscan.predict.runtime_checks import call_args, needs_args, note_from_shapes
 from opscan.predict.dtype_rules import NO_MPS_DTYPES
 from opscan.knowledge.common_mps import parse_macos
@@ -80,9 +81,9 @@ def predict_call(call: MpsCall, kb: Knowledge, cache: dict) -> Classification:
         note = None  # a size that depends on values (-1 under fake tensors): no shape rule can judge it
     args = call_args(call) if needs_args(call.op, kb) else None
     key = (call.op, call.dtypes, call.callees, repr(note), call.cpu_op, call.rule, repr(args), silent.key(call),
-           call.registration)
-    if key not in cache:
-        cache[key] = silent.silent_verdict(call, kb, _classify(call, kb, note, args))
+           call.registration, placement.placement_key(call))
+    if key not in cache:  # the placement model last: a host tensor a kernel refuses is the user's bug (placement.py)
+        cache[key] = placement.placed(call, kb, silent.silent_verdict(call, kb, _classify(call, kb, note, args)))
     return cache[key]
 
 

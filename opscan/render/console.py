@@ -16,8 +16,10 @@ from rich.markup import escape as markup_escape
 from rich.table import Table
 from rich.tree import Tree
 
+from opscan.graph.lanes import ReasonKind
 from opscan.opkey import signature_text
 from opscan.report import Report, Row
+from opscan.report.placement import finding_text
 from opscan.report.where import place_text, short_places
 from opscan.trust.text import printable
 from opscan.units import human_bytes as _bytes
@@ -69,7 +71,7 @@ def render_table(report: Report, *, verbose: bool = False, tree: bool = False, w
         text = section(report)
         if text:
             console.print(text, overflow="fold")
-    console.print(_lane(report))
+    console.print(_lane(report) + _placement(report), overflow="fold")
     console.print(_next(report), overflow="fold")
     return buf.getvalue()
 
@@ -279,12 +281,25 @@ def _memory(report: Report) -> str:
 
 
 def _lane(report: Report) -> str:
-    lines = [f"Lane ({report.mode}): {report.lane.name}"]
-    reasons = report.lane.reasons
+    placed = [r.text for r in report.lane.why if r.kind == ReasonKind.PLACEMENT]
+    lines = [f"Lane ({report.mode}): {report.lane.name}" + (f" — {escape(placed[0])}" if placed else "")]
+    reasons = [r.text for r in report.lane.why if r.kind != ReasonKind.PLACEMENT]
     lines += [f"  - {escape(r.split(': ', 1)[0])}" for r in reasons[:10]]
     if len(reasons) > 10:
         lines.append(f"  … and {len(reasons) - 10} more rows (see report.json)")
     return "\n".join(lines)
+
+
+def _placement(report: Report) -> str:
+    """One finding per host tensor that meets MPS kernels, at the line that made it (report/placement.py)."""
+    found = (report.placement or {}).get("findings") or []
+    if not found:
+        return ""
+    lines = [f"\nPlacement: {len(found)} tensor{'s' if len(found) > 1 else ''} the step keeps on the CPU on a Mac "
+             f"meet{'' if len(found) > 1 else 's'} MPS kernels (bugs of the step's code, not limits of MPS; they "
+             f"do not decide the lane):"]
+    lines += [f"  - {finding_text(f)}" for f in found]
+    return escape("\n".join(lines))
 
 
 def _next(report: Report) -> str:

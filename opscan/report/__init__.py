@@ -21,7 +21,7 @@ from opscan.verdict import Classification, Evidence, Source, Verdict
 SCHEMA_VERSION = 3  # 2: lane.why (kind, row, text) and lane.source beside lane.reasons; `source` in every section;
 # mode "simulated"; measurement.simulated; comparisons may be unchecked (within null) or by shape. 3: a row's `where`
 # (the user's lines that made its calls, report/where.py)
-SECTIONS = ("graph", "transfers", "upgrade", "memory", "measurement", "repro")  # optional, in JSON order
+SECTIONS = ("graph", "transfers", "upgrade", "memory", "measurement", "repro", "placement")  # optional, JSON order
 
 
 @dataclass(frozen=True)
@@ -44,12 +44,16 @@ class Row:
     measured: dict[str, Any] | None = None  # the probes' measurement (on MPS, or on cpu/cuda beside the prediction)
     silent: dict[str, Any] | None = None  # a known silent bug decided it: the entry and the calls meeting it
     where: tuple[dict[str, Any], ...] = ()  # the user's lines that made its calls, in step order (report/where.py)
+    # the placement model decided some of its calls: the host tensors' origins, where they met the kernel, and the
+    # row's verdict apart from them, which the lane reads (report/placement.py)
+    placement: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (contract field names); `predicted`/`measured` only when probes ran, `silent` only when a
-        known silent-correctness bug decided the row (predict/silent.py)."""
+        known silent-correctness bug decided the row (predict/silent.py), `placement` only when the placement model
+        decided some of its calls (report/placement.py)."""
         extra = {k: v for k, v in (("predicted", self.predicted), ("measured", self.measured),
-                                   ("silent", self.silent)) if v is not None}
+                                   ("silent", self.silent), ("placement", self.placement)) if v is not None}
         return {
             "op": self.op.op,
             "overload": self.op.overload,
@@ -67,6 +71,12 @@ class Row:
             "where": [dict(p, phases=list(p["phases"])) for p in self.where],
             **extra,
         }
+
+    @property
+    def lane_verdict(self) -> Verdict:
+        """The verdict the lane reads: the row's own, or — when the placement model decided some of its calls (a
+        bug of the user's code, not a limit of MPS) — its verdict apart from them."""
+        return self.verdict if self.placement is None else Verdict(self.placement["hardware_verdict"])
 
     @property
     def disagrees(self) -> bool:
@@ -100,6 +110,7 @@ class Report:
     memory: dict[str, Any] | None = None  # the memory estimate and Mac sizing (memory/section.py)
     measurement: dict[str, Any] | None = None  # how the probes ran, measured mode only (probe/reconcile.py)
     repro: dict[str, Any] | None = None  # what the findings' repro scripts need, with --repro (repro/section.py)
+    placement: dict[str, Any] | None = None  # host tensors meeting MPS kernels, one finding each (report/placement.py)
     step_graph: Any = field(default=None, repr=False, compare=False)  # the networkx graph, for GraphML only
 
     @property
@@ -164,6 +175,7 @@ class RowUse:
     shapes: tuple[tuple[int, ...], ...]
     silent: dict[str, Any] | None = None  # report/silent.py: the silent bug that decided the row, its calls
     where: tuple[dict[str, Any], ...] = ()  # report/where.py
+    placement: dict[str, Any] | None = None  # report/placement.py
 
 
 def make_row(use: RowUse, found: Classification, source: Source = Source.PREDICTED) -> Row:
@@ -172,7 +184,7 @@ def make_row(use: RowUse, found: Classification, source: Source = Source.PREDICT
         op=use.op, dtypes=use.dtypes, verdict=found.verdict, source=source,
         evidence=found.evidence, remedy=found.remedy, since=found.since, cpu_op=use.cpu_op,
         phases=use.phases, modules=use.modules, calls=use.calls, shapes=use.shapes, silent=use.silent,
-        where=use.where,
+        where=use.where, placement=use.placement,
     )
 
 

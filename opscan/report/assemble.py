@@ -18,6 +18,7 @@ from typing import Any
 from opscan import __version__
 from opscan.opkey import Release
 from opscan.report import Report, RowUse, count_phases, disagreements, make_row, measured_rows
+from opscan.report.placement import placement_section
 from opscan.report.where import places
 from opscan.verdict import Classification, Source
 
@@ -32,7 +33,7 @@ def build_report(prepared, model: str, predicted: list, memory, measurement) -> 
     kb, target, trace, view = prepared.kb, prepared.target, prepared.trace, prepared.view
     since, upgrade = since_and_upgrade(view, predicted, kb, prepared.caches)
     rows = tuple(make_row(use, with_since(found, since.get((use.op, use.dtypes)), kb.release))
-                 for use, found in collect_rows(view, predicted, trace.calls, target.project))
+                 for use, found in collect_rows(view, predicted, trace.calls, target.project, trace.hosts))
     verdicts, source = [v.verdict for v in predicted], Source.PREDICTED
     if measurement is not None:
         rows = measured_rows(rows, measurement.rows, measurement.stands_for_mps, _platform(measurement))
@@ -50,6 +51,7 @@ def build_report(prepared, model: str, predicted: list, memory, measurement) -> 
         modules=trace.modules, upgrade={**upgrade.to_dict(), "source": Source.PREDICTED.value},
         memory={**memory, "source": Source.PREDICTED.value} if memory else None,
         measurement=None if measurement is None else {**measurement.section, "disagreements": disagreements(rows)},
+        placement=placement_section(rows),
         **graph_stage(trace, view, verdicts, rows, memory, source, prepared.graphs),
     )
 
@@ -93,9 +95,12 @@ def graph_stage(trace, view, verdicts, rows, memory: dict[str, Any] | None = Non
             "transfers": {**transfer_section(transfers, regions(g, transfers)), "source": source.value}}
 
 
-def collect_rows(view, verdicts, trace_calls=(), project: str | None = None) -> list[tuple[RowUse, Classification]]:
+def collect_rows(view, verdicts, trace_calls=(), project: str | None = None,
+                 hosts=()) -> list[tuple[RowUse, Classification]]:
     """Group MPS-view calls by (OpKey, input dtypes) in first-seen order; the worst verdict wins. `trace_calls`
-    (the CPU trace's) give each row its `where`, with file names relative to `project` (report/where.py)."""
+    (the CPU trace's) give each row its `where`, with file names relative to `project` (report/where.py); `hosts`
+    (the trace's HostSources) the origins of its placement findings (report/placement.py)."""
+    from opscan.report.placement import with_placement
     from opscan.report.silent import with_silent
 
     groups: dict[tuple, list] = {}
@@ -104,7 +109,8 @@ def collect_rows(view, verdicts, trace_calls=(), project: str | None = None) -> 
     out = []
     for (op, dtypes), group in groups.items():
         worst = max((f for _, f in group), key=lambda f: f.verdict.rank)
-        out.append(with_silent(_use(op, dtypes, [c for c, _ in group], trace_calls, project), worst, group))
+        use, found = with_silent(_use(op, dtypes, [c for c, _ in group], trace_calls, project), worst, group)
+        out.append(with_placement(use, found, group, hosts, trace_calls, project))
     return out
 
 

@@ -23,7 +23,7 @@ from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker
 from opscan.trace.lens import Lens
 from opscan.trace.questions import Questions
 from opscan.trace.functions import StepFunctions
-from opscan.trace.host import HostFactories
+from opscan.trace.host import DeviceMoves, HostFactories
 from opscan.trace.moves import ExplicitMoves
 from opscan.trace.recorder import CallRecorder
 from opscan.trace.records import FxInfo, OpCall, TensorMeta, Trace
@@ -96,7 +96,9 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
     lens = Lens(release, clock=lambda: len(recorder.calls), tracker=tracker, paused=lambda: recorder.expanding,
                 spans=spans, gate=contextlib.nullcontext())  # the step's one function mode is the lens's gate
     recorder.index_parameters(model)
-    recorder.index_placement(model, inputs)
+    hooks = tuple(h for h in (target.train_step, target.loss_fn, target.build_optimizer) if h is not None)
+    moved = target.device_tensors(model, inputs) if target.device_tensors else ()  # the user's own code moves them
+    recorder.index_placement(model, inputs, hooks, moved)
     below = memory(model, inputs, lambda: len(recorder.calls) - 1) if memory else None
     recorder.below = below
     notes: list[str] = list(shortcut.notes)
@@ -125,14 +127,16 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
         notes=tuple(notes),
         asked=release.asked(),
         registrations=registrations(c.op for c in calls),
+        hosts=tuple(recorder.storages.placement.sources),
     )
 
 
 def _jobs(mapper, gm, tracker, recorder) -> tuple:
     """The jobs of the step's one TorchFunctionMode (trace/functions.py), outermost first: the autograd nodes'
-    modules, the fx node tags (when fx traced the model), factories made on the host, explicit host moves."""
+    modules, the fx node tags (when fx traced the model), factories made on the host, the user's own moves to the
+    device, explicit host moves."""
     tagger = (fxnodes.FxNodeTagger(gm, tracker, recorder),) if gm is not None else ()
-    return (mapper, *tagger, HostFactories(recorder.storages), ExplicitMoves())
+    return (mapper, *tagger, HostFactories(recorder.storages), DeviceMoves(recorder.storages), ExplicitMoves())
 
 
 def _prepared(target: Target, options: TraceOptions):

@@ -26,7 +26,7 @@ from torch.overrides import TorchFunctionMode
 
 from opscan.trace.guard import call_args_through
 
-Run = Callable[[object, tuple, dict], object]  # (func, args, kwargs) -> what the call returns
+Chain = Callable[[object, tuple, dict], object]  # (func, args, kwargs) -> what the call returns
 
 
 class Job(Protocol):
@@ -34,7 +34,7 @@ class Job(Protocol):
 
     funcs: frozenset | None  # the torch functions it acts on; None: every call
 
-    def wrap(self, inner: Run) -> Run:
+    def wrap(self, inner: Chain) -> Chain:
         """The function that runs one call, around `inner` (the rest of the chain)."""
 
 
@@ -71,7 +71,7 @@ class StepFunctions(TorchFunctionMode):
         return self._chains.get(func, self._every)(func, args, kwargs or {})
 
 
-def _chain(jobs: list, inner: Run) -> Run:
+def _chain(jobs: list, inner: Chain) -> Chain:
     """`inner` wrapped by `jobs`, the first outermost."""
     for job in reversed(jobs):
         inner = job.wrap(inner)
