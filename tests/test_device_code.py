@@ -13,7 +13,7 @@ import textwrap
 import pytest
 import torch
 
-from opscan.knowledge.device_code import EFFECTS, behaviour, table
+from opscan.knowledge.device_code import EFFECTS, behaviour, device_table
 from opscan.knowledge.loader import kb_releases as covered_releases
 from opscan.scan import ScanOptions, scan
 from opscan.trace.device_calls import DeviceCalls, as_mac
@@ -254,9 +254,9 @@ def test_answers_only_while_entered_and_torch_itself_is_not_recorded():
     assert torch.cuda.is_available.__module__ == "torch.cuda"
 
 
-@pytest.mark.parametrize("rule", sorted(table()))
+@pytest.mark.parametrize("rule", sorted(device_table()))
 def test_every_rule_covers_every_release_once(rule):
     for release in covered_releases():
-        known = [b for b in table()[rule] if b.covers(release)]
+        known = [b for b in device_table()[rule] if b.covers(release)]
         assert len(known) == 1, (rule, release)
         assert known[0].effect in EFFECTS and known[0].fix and known[0].source

@@ -16,9 +16,9 @@ import yaml
 
 from opscan.opkey import Release
 
-TABLE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "device_code.yaml")
+DEVICE_TABLE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "device_code.yaml")
 EFFECTS = ("raises", "cpu", "warns", "ignored", "answers")  # most severe first
-CONFIDENCE = ("source", "reported")
+_CONFIDENCE = ("source", "reported")
 
 
 @dataclass(frozen=True)
@@ -41,13 +41,13 @@ class MacBehaviour:
         return Release.parse(first).numbers <= at + (0,) * (3 - len(at)) <= Release.parse(last).numbers
 
 
-def behaviour(rule: str, release: str, path: str = TABLE_PATH) -> MacBehaviour | None:
+def behaviour(rule: str, release: str, path: str = DEVICE_TABLE_PATH) -> MacBehaviour | None:
     """The range of `rule` that holds for `release` (the first that covers it), or None."""
-    return next((b for b in table(path).get(rule, ()) if b.covers(release)), None)
+    return next((b for b in device_table(path).get(rule, ()) if b.covers(release)), None)
 
 
 @functools.lru_cache(maxsize=4)
-def table(path: str = TABLE_PATH) -> dict[str, tuple[MacBehaviour, ...]]:
+def device_table(path: str = DEVICE_TABLE_PATH) -> dict[str, tuple[MacBehaviour, ...]]:
     """rule -> its ranges, validated (see the module docstring)."""
     with open(path, encoding="utf-8") as fh:
         raw = yaml.safe_load(fh)
@@ -62,7 +62,7 @@ def _ranges(rule: str, entry: dict):
                              " ".join(str(part.get("text", "")).split()), " ".join(str(part.get("source", "")).split()),
                              " ".join(str(part.get("fix") or entry.get("fix") or "").split()),
                              part.get("confidence", "source"))
-        if found.effect not in EFFECTS or found.confidence not in CONFIDENCE or not (found.text and found.source
+        if found.effect not in EFFECTS or found.confidence not in _CONFIDENCE or not (found.text and found.source
                                                                                         and found.fix):
             raise ValueError(f"device_code.yaml: {rule} {found.releases}: effect, confidence, text, source and fix "
                              "are required")

@@ -21,7 +21,7 @@ from typing import Any
 from opscan.knowledge.device_code import EFFECTS, behaviour
 from opscan.verdict import Verdict
 
-VERDICTS = {"raises": Verdict.ERROR, "cpu": Verdict.CPU_FALLBACK}
+_VERDICTS = {"raises": Verdict.ERROR, "cpu": Verdict.CPU_FALLBACK}
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class DeviceFinding:
     @property
     def verdict(self) -> Verdict | None:
         """error for `raises`, cpu_fallback for `cpu`, else None."""
-        return VERDICTS.get(self.effect)
+        return _VERDICTS.get(self.effect)
 
     def to_dict(self, relative=lambda path: path) -> dict[str, Any]:
         """JSON form; `relative(path)` writes the user's file relative to the project folder."""

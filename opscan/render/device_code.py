@@ -10,7 +10,7 @@ Pure: a function of the Report; text escaped by the caller's `escape` (console.p
 
 from __future__ import annotations
 
-SHOWN = 12  # findings listed; the rest are counted (report.json has them all)
+SHOWN_FINDINGS = 12  # findings listed; the rest are counted (report.json has them all)
 
 
 def device_code_lines(report) -> list[str]:
@@ -22,15 +22,15 @@ def device_code_lines(report) -> list[str]:
     release = report.assumptions.get("torch_release")
     lines = [f"\nCode that picks a device, as a Mac runs it (torch {release}; each one's source: report.json "
              "device_code):"]
-    for number, f in enumerate(findings[:SHOWN], 1):
+    for number, f in enumerate(findings[:SHOWN_FINDINGS], 1):
         where = f"{f['file']}:{f['line']} in {f['function']}" if f.get("file") else _via(f)
         times = f" ×{f['calls']}" if f.get("calls", 1) > 1 else ""
         lines.append(f"  {number}. {where} · {f['asked']}{times} · {f['effect']}"
                      f"{' (reported, not read from the wheels)' if f.get('confidence') == 'reported' else ''}")
         lines.append(f"     {f['text']}")
         lines.append(f"     MPS: {f['fix']}")
-    if len(findings) > SHOWN:
-        lines.append(f"  … and {len(findings) - SHOWN} more (see report.json, device_code)")
+    if len(findings) > SHOWN_FINDINGS:
+        lines.append(f"  … and {len(findings) - SHOWN_FINDINGS} more (see report.json, device_code)")
     return lines
 
 

@@ -69,10 +69,10 @@ class DeviceCalls:
         if rule == RULE_TENSOR and chain:
             rule, asked = _ENTRIES.get(chain[-1], (rule, asked))
         key = (rule, asked, site)
-        self._seen[key] = self._seen.get(key, 0) + 1
+        # a build runs the factory twice when the meta pre-pass sizes it (trace/fake.py): a build line counts once
+        self._seen[key] = 1 if self.phase == BUILD else self._seen.get(key, 0) + 1
         if self.phase == BUILD and site is not None and site.function == "<module>" and site.file:
-            kept = _IMPORTED.setdefault(site.file, {})
-            kept[key] = kept.get(key, 0) + 1
+            _IMPORTED.setdefault(site.file, {})[key] = 1
 
     def calls(self) -> tuple[DeviceCall, ...]:
         """What was recorded, in the order first seen."""
