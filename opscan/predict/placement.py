@@ -29,11 +29,11 @@ _JUDGED = frozenset({Verdict.NATIVE, Verdict.UNKNOWN, Verdict.MISMATCH})  # verd
 
 
 def placement_key(call) -> tuple | None:
-    """What of a call the placement judgement reads (which tensors are on the host, which of them 0-dim), for
-    predict_call's cache; None when no tensor of the call is."""
+    """What of a call the placement judgement reads (which tensors are on the host, with a source or not, which of
+    them 0-dim), for predict_call's cache; None when no tensor of the call is."""
     if not any(t.host for t in call.inputs) and not any(t.host for t in call.outputs):
         return None
-    return (tuple((t.host, not t.shape) for t in call.inputs), tuple(t.host for t in call.outputs))
+    return (tuple((t.host, bool(t.host_from), not t.shape) for t in call.inputs), tuple(t.host for t in call.outputs))
 
 
 def is_placement(classification: Classification) -> bool:
@@ -50,8 +50,8 @@ def placed(call, kb, found: Classification) -> Classification:
         return Classification(Verdict.NATIVE, Evidence(
             HOST_RULE, f"every tensor of this call stays on the CPU on a Mac ({_hosts(inputs or call.outputs)}): "
                        f"the CPU's kernel runs it, as in the trace, not an MPS one", _SOURCE))
-    if not any(t.host for t in inputs) or found.verdict not in _JUDGED:
-        return found
+    if not any(t.host and t.host_from for t in inputs) or found.verdict not in _JUDGED:
+        return found  # (a composite's wrapped scalar, a host tensor with no source: PyTorch's own, as traced)
     rule = placement_rule(call.op, kb.release, _in_table(kb.yaml))
     if rule is None:
         return _unknown(call, kb, "how its MPS kernel takes a CPU tensor is not established (no rule in "
@@ -76,7 +76,7 @@ def _sort(rule, inputs) -> tuple[list[tuple[str, str]], list[str]]:
     """(refused host tensors as (what, message), host tensors whose fate is open) of a call under `rule`."""
     refused, open_, scalars = [], [], 0
     for t, group in zip(inputs, _groups(rule.arguments, len(inputs))):
-        if not t.host:
+        if not t.host or not t.host_from:
             continue
         zero = not t.shape
         what = f"a {'0-dim ' if zero else ''}{t.dtype} tensor {list(t.shape)}" + (

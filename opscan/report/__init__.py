@@ -21,7 +21,8 @@ from opscan.verdict import Classification, Evidence, Source, Verdict
 SCHEMA_VERSION = 3  # 2: lane.why (kind, row, text) and lane.source beside lane.reasons; `source` in every section;
 # mode "simulated"; measurement.simulated; comparisons may be unchecked (within null) or by shape. 3: a row's `where`
 # (the user's lines that made its calls, report/where.py)
-SECTIONS = ("graph", "transfers", "upgrade", "memory", "measurement", "repro", "placement")  # optional, JSON order
+SECTIONS = ("graph", "transfers", "upgrade", "memory", "measurement", "repro", "device_code",
+            "placement")  # optional, JSON order
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ class Report:
     measurement: dict[str, Any] | None = None  # how the probes ran, measured mode only (probe/reconcile.py)
     repro: dict[str, Any] | None = None  # what the findings' repro scripts need, with --repro (repro/section.py)
     placement: dict[str, Any] | None = None  # host tensors meeting MPS kernels, one finding each (report/placement.py)
+    device_code: dict[str, Any] | None = None  # the user's code that picks a device, as a Mac runs it (device_code.py)
     step_graph: Any = field(default=None, repr=False, compare=False)  # the networkx graph, for GraphML only
 
     @property

@@ -58,6 +58,9 @@ class Target:
     # the tensors (nested in lists, tuples, dicts) the user's own code has on the device when the step runs, though
     # the step does not move them itself (trace/tensors.py StoragePlaces: they are given, as parameters are)
     device_tensors: Callable | None = None
+    # trace/device_calls.DeviceCall: the code that picked a device while the target was built (import, factory,
+    # example inputs), when it was built as a Mac runs it (scan.prepare)
+    device_calls: tuple = ()
 
 
 def split_spec(spec: str) -> tuple[str, str]:

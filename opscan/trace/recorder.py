@@ -129,11 +129,16 @@ class CallRecorder(TorchDispatchMode):
         return out
 
     def _not_placed(self, before, after) -> None:
-        """The scalars a composite wrapped as tensors: Python numbers, not tensors the user's code placed (an MPS
-        kernel takes a wrapped number as a scalar), so not host tensors of the placement model."""
+        """The scalars a composite wrapped as tensors: 0-dim CPU tensors on every device, as PyTorch itself passes
+        them to the kernels of the Tensor overload (the CPU trace ran the same composite), not tensors the user's
+        code placed: on the host, with no source of their own (the placement model judges only sourced ones)."""
         placement = self.storages.placement
         if placement.tracking:
-            placement.made.update(self.storages.of(t) for t in after if all(t is not b for b in before))
+            for t in after:
+                if all(t is not b for b in before):
+                    sid = self.storages.of(t)
+                    placement.made.add(sid)
+                    placement.host.add(sid)
 
     def _site(self, frame) -> tuple:
         """(py chain, caller, CallSite) of a call, interned: calls from one place share one tuple."""

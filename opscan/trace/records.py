@@ -154,6 +154,7 @@ class Trace:
     asked: tuple = ()  # ((question, answer), ...): what the trace asked of its release (questions.py)
     registrations: tuple = ()  # ((OpKey, Registration), ...): custom ops the target registered (registrations.py)
     hosts: tuple[HostSource, ...] = ()  # the tensors that stay on the CPU on a Mac (TensorMeta.host_from names them)
+    device_calls: tuple = ()  # device_calls.DeviceCall: the step's code that picks a device, as a Mac runs it
 
     def findable(self) -> tuple[OpCall, ...]:
         """Top-level calls that are device work (bookkeeping and composite callees excluded)."""
