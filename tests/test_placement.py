@@ -253,3 +253,66 @@ def test_a_malformed_rule_is_refused(bad, fixes):
     text = json.dumps({"paths": {"check": {"text": "t"}}, "rules": [bad]})
     with pytest.raises(ValueError, match=fixes):
         parse_placement(text)
+
+
+# --- one mode, the checks, the repro and memory stages ------------------------------------------------------------
+
+def test_the_trace_runs_one_torch_function_mode():
+    from tests.targets import placement as crafted
+
+    crafted.MODES_SEEN.clear()
+    _scan("placement.py", "mode_counter")
+    assert crafted.MODES_SEEN and set(crafted.MODES_SEEN) == {1}  # five before issue 37's one-mode change
+
+
+def _summary(tmp_path, rows: list[dict], *flags: str) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    doc = {"measurement": {"environment": {"off": {}}, "device": "cuda", "stands_for_mps": False, "probes": 1,
+                           "calls": 1, "outcomes": {"native": 1}, "shapes": "full"}, "ops": rows}
+    target = tmp_path / "report.json"
+    target.write_text(json.dumps(doc))
+    done = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "bench" / "probe_summary.py"), *flags,
+                           str(target)], capture_output=True, text=True, check=False)
+    return done.returncode, done.stdout
+
+
+def _measured_row(predicted: str, measured: str) -> dict:
+    return {"op": "aten::nll_loss_forward", "overload": "default", "dtypes": ["float32", "int64"],
+            "verdict": predicted, "measured": {"verdict": measured, "off": {"message": "target is on cpu"}}}
+
+
+def test_probe_summary_fails_on_a_measured_error_the_prediction_lacks(tmp_path):
+    code, out = _summary(tmp_path, [_measured_row("native", "error")])
+    assert code == 1 and "measured error, not predicted: aten::nll_loss_forward" in out
+    assert _summary(tmp_path, [_measured_row("error", "error")])[0] == 0  # predicted: fine ...
+    code, out = _summary(tmp_path, [_measured_row("error", "error")], "--no-errors")  # ... unless it must run clean
+    assert code == 1 and "must run clean" in out
+    assert _summary(tmp_path, [_measured_row("native", "native")], "--no-errors")[0] == 0
+
+
+def test_no_upstream_repro_is_written_for_a_placement_finding():
+    from opscan.repro.section import is_finding
+
+    report = _scan("placement_loss.py")
+    placed = [r for r in report.rows if r.placement is not None]
+    assert placed and not any(is_finding(r) for r in placed)
+
+
+def test_the_memory_stage_names_the_host_tensors_that_stop_its_sizing_runs():
+    report = scan(ScanOptions(f"{TARGETS / 'placement.py'}:masked"))
+    line = report.memory["batch_line"]
+    assert "not sized" in line and "Masked.mask" in line and "placement findings" in line
+
+
+def test_a_composite_that_moves_its_cpu_arguments_itself_is_no_finding():
+    # LossCTC.cpp moves the targets to the log-probabilities' device and reads the lengths on the CPU
+    report = _scan("placement.py", "ctc")
+    assert report.placement is None, report.placement
+    assert _row(report, "aten::_ctc_loss.Tensor").verdict == Verdict.NATIVE
+
+
+def test_a_python_scalar_written_into_a_device_tensor_is_on_the_device():
+    report = _scan("placement.py", "set_item")
+    assert report.placement is None and all(r.verdict == Verdict.NATIVE for r in report.rows)

@@ -141,6 +141,16 @@ def _lane_verdict(row) -> Verdict:
     return getattr(row, "lane_verdict", row.verdict)
 
 
+FIXES_LEAD = "once the"  # how the placement model's lane reason begins (is_host_reason)
+
+
+def is_host_reason(reason: Reason) -> bool:
+    """Whether a lane reason is the placement model's (host tensors), not another `placement` one (code that picks
+    a device, report/device_code.py; accept's)."""
+    return reason.kind == ReasonKind.PLACEMENT and reason.row is None and (
+        reason.text.startswith(FIXES_LEAD) or " host tensor" in reason.text.split(";", 1)[0])
+
+
 def placement_reasons(rows) -> tuple[Reason, ...]:
     """The lane's placement reason: the host tensors the user's code hands MPS kernels (report/placement.py), which
     the lane is decided without; () when there are none."""
@@ -158,7 +168,7 @@ def placement_reasons(rows) -> tuple[Reason, ...]:
     parts = []
     if errors:
         n = len(errors)
-        parts.append(f"once the {n} placement fix{'es' if n > 1 else ''} below {'are' if n > 1 else 'is'} made "
+        parts.append(f"{FIXES_LEAD} {n} placement fix{'es' if n > 1 else ''} below {'are' if n > 1 else 'is'} made "
                      f"(your step as written raises on a Mac)")
     if open_:
         n = len(open_)

@@ -145,7 +145,7 @@ def distinct_calls(view, verdicts) -> tuple[dict[OpDtypes, list], dict[OpDtypes,
     stands for all; the rest are never judged again (cheap on a trace of 10^4 calls)."""
     questions: dict[int, tuple] = {}
     for call, found in zip(view, verdicts):
-        questions.setdefault(id(found), (call, found))
+        questions.setdefault(id(found), (call, found.hardware or found))  # MPS's, apart from placement
     rows: dict[OpDtypes, list] = {}
     worst: dict[OpDtypes, Verdict] = {}
     for call, found in questions.values():
@@ -162,7 +162,11 @@ def call_classifier(caches: dict | None = None) -> Callable[[object, Knowledge],
     from opscan.predict.calls import predict_call
 
     caches = {} if caches is None else caches
-    return lambda call, kb: predict_call(call, kb, cache_of(caches, kb))
+
+    def classify(call, kb: Knowledge) -> Classification:
+        found = predict_call(call, kb, cache_of(caches, kb))
+        return found.hardware or found  # since and upgrades are MPS's, apart from where the user's code puts tensors
+    return classify
 
 
 def cache_of(caches: dict, kb: Knowledge) -> dict:

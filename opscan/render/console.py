@@ -16,7 +16,7 @@ from rich.markup import escape as markup_escape
 from rich.table import Table
 from rich.tree import Tree
 
-from opscan.graph.lanes import ReasonKind
+from opscan.graph.lanes import is_host_reason
 from opscan.opkey import signature_text
 from opscan.render.device_code import device_code_lines
 from opscan.report import Report, Row
@@ -287,9 +287,9 @@ def _device_code(report: Report) -> str:
 
 
 def _lane(report: Report) -> str:
-    placed = [r.text for r in report.lane.why if r.kind == ReasonKind.PLACEMENT]
-    lines = [f"Lane ({report.mode}): {report.lane.name}" + (f" — {escape(placed[0])}" if placed else "")]
-    reasons = [r.text for r in report.lane.why if r.kind != ReasonKind.PLACEMENT]
+    hosts = [r.text for r in report.lane.why if is_host_reason(r)]  # the placement model's: on the lane's line
+    lines = [f"Lane ({report.mode}): {report.lane.name}" + (f" — {escape(hosts[0])}" if hosts else "")]
+    reasons = [r.text for r in report.lane.why if not is_host_reason(r)]
     lines += [f"  - {escape(r.split(': ', 1)[0])}" for r in reasons[:10]]
     if len(reasons) > 10:
         lines.append(f"  … and {len(reasons) - 10} more rows (see report.json)")

@@ -27,7 +27,7 @@ from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker
 from opscan.trace.lens import Lens
 from opscan.trace.questions import Questions
 from opscan.trace.functions import StepFunctions
-from opscan.trace.host import DeviceMoves, HostFactories
+from opscan.trace.host import CompositeMoves, DeviceMoves, HostFactories
 from opscan.trace.moves import ExplicitMoves
 from opscan.trace.recorder import CallRecorder
 from opscan.trace.records import FxInfo, OpCall, TensorMeta, Trace
@@ -162,7 +162,8 @@ def _jobs(mapper, gm, tracker, recorder) -> tuple:
     modules, the fx node tags (when fx traced the model), factories made on the host, the user's own moves to the
     device, explicit host moves."""
     tagger = (fxnodes.FxNodeTagger(gm, tracker, recorder),) if gm is not None else ()
-    return (mapper, *tagger, HostFactories(recorder.storages), DeviceMoves(recorder.storages), ExplicitMoves())
+    return (mapper, *tagger, HostFactories(recorder.storages), DeviceMoves(recorder.storages),
+            CompositeMoves(recorder.storages), ExplicitMoves())
 
 
 def _prepared(target: Target, options: TraceOptions):

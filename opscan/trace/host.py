@@ -16,6 +16,10 @@ in a CPU trace, but on a Mac only the second lands on MPS. Two jobs of the trace
   In a CPU trace such a call dispatches nothing (the tensor already is a CPU tensor), so the job dispatches the
   copy MPS runs (`aten::_to_copy`) and the caller gets it: what is made from it afterwards is on the device.
 
+- `CompositeMoves`: a C++ composite that moves a CPU argument to the device itself (`F.ctc_loss`'s targets:
+  COMPOSITE_MOVES, each with its source) does it invisibly in a CPU trace; the job makes that copy before the call.
+  A scalar `Tensor.__setitem__` writes (`x[..., 0] = 3`) is made on x's device by PyTorch, outside the dispatcher.
+
 `name_before_step(model, target)` names the tensors that existed before the step without being given, for the
 storages the trace will meet: a plain tensor attribute of a module (`Net.mask`, at its `self.mask = ...`), a
 module-level tensor (`TARGETS`, at its assignment) or one a function of the step closes over.
@@ -97,9 +101,8 @@ class DeviceMoves:
             placement.moving += 1
             try:
                 out = inner(func, args, kwargs)
-                if out is x:  # a CPU trace's no-op: dispatch the copy a Mac makes (a real tensor's, for real)
-                    with contextlib.nullcontext() if isinstance(x, FakeTensor) else unset_fake_temporarily():
-                        out = call_through(torch.ops.aten._to_copy.default, x)
+                if out is x:  # a CPU trace's no-op: dispatch the copy a Mac makes
+                    out = _copy(x)
             finally:
                 placement.moving -= 1
             return out
@@ -118,6 +121,76 @@ class DeviceMoves:
         if isinstance(target, str):
             return target.split(":")[0] != "cpu"  # the string "cpu" is a host move (trace/moves.py)
         return isinstance(target, torch.device)  # a device variable: MPS on a Mac; a dtype alone moves nothing
+
+
+# C++ composites that move a CPU argument to another argument's device themselves — a `.to()` that dispatches nothing in
+# a CPU trace: (the Python functions, their leading argument names, the argument whose device it is, the moved ones,
+# the source)
+COMPOSITE_MOVES = (
+    ((torch.nn.functional.ctc_loss, torch.ctc_loss), ("log_probs", "targets", "input_lengths", "target_lengths"),
+     "log_probs", ("targets", "target_lengths"),
+     "aten/src/ATen/native/LossCTC.cpp ctc_loss_impl: `targets.to(log_probs.device(), kLong)` ('if the targets are on "
+     "CPU ... let's move them to GPU as a service for the user'); ctc_loss's fast path for plain tensors reads the "
+     "lengths on the CPU and makes the mean's divisor with `at::tensor(target_lengths, res.options())`, on the "
+     "device [src]"),
+)
+
+
+class CompositeMoves:
+    """Moves what a C++ composite moves itself (COMPOSITE_MOVES) before the call, as the copy a Mac makes, and
+    `Tensor.__setitem__`'s scalar value, which PyTorch makes on the indexed tensor's device (a CPU tensor here,
+    made outside the dispatcher: TensorIndexing.h scalarToTensor)."""
+
+    funcs = frozenset({torch.Tensor.__setitem__, *(f for entry in COMPOSITE_MOVES for f in entry[0])})
+
+    def __init__(self, storages):
+        self.storages = storages
+        self._entries = {f: entry for entry in COMPOSITE_MOVES for f in entry[0]}
+
+    def wrap(self, inner):
+        """The chain link for the composites of COMPOSITE_MOVES and `__setitem__` (trace/functions.py)."""
+        def run(func, args, kwargs):
+            placement = self.storages.placement
+            if not placement.tracking or not args or not isinstance(args[0], torch.Tensor):
+                return inner(func, args, kwargs)
+            if func is torch.Tensor.__setitem__:
+                return self._on_device(args[0], inner, func, args, kwargs)
+            _, names, to, moved, _ = self._entries[func]
+            bound = {**dict(zip(names, args)), **{k: v for k, v in kwargs.items() if k in names}}
+            if not isinstance(bound.get(to), torch.Tensor) or placement.is_host(self.storages.of(bound[to])):
+                return inner(func, args, kwargs)
+            args, kwargs = list(args), dict(kwargs)
+            for name in moved:
+                t = bound.get(name)
+                if isinstance(t, torch.Tensor) and placement.is_host(self.storages.of(t)):
+                    placement.read(self.storages.of(t))
+                    placement.moving += 1
+                    try:
+                        copy = _copy(t)
+                    finally:
+                        placement.moving -= 1
+                    if name in kwargs:
+                        kwargs[name] = copy
+                    else:
+                        args[names.index(name)] = copy
+            return inner(func, tuple(args), kwargs)
+        return run
+
+    def _on_device(self, x, inner, func, args, kwargs):
+        placement = self.storages.placement
+        if placement.is_host(self.storages.of(x)):
+            return inner(func, args, kwargs)
+        placement.moving += 1  # the scalar value it makes, first met inside: on x's device
+        try:
+            return inner(func, args, kwargs)
+        finally:
+            placement.moving -= 1
+
+
+def _copy(x: torch.Tensor) -> torch.Tensor:
+    """The copy a Mac makes of a host tensor it moves to the device (a real tensor's, for real)."""
+    with contextlib.nullcontext() if isinstance(x, FakeTensor) else unset_fake_temporarily():
+        return call_through(torch.ops.aten._to_copy.default, x)
 
 
 def _default_is_cpu() -> bool:

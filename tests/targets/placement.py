@@ -136,3 +136,56 @@ def exceptions():
 
 def target_0d():
     return Target0d(), torch.randn(2, 4)
+
+
+MODES_SEEN: list[int] = []  # the torch-function modes active while the model's forward ran
+
+
+class ModeCounter(nn.Module):
+    """Counts the TorchFunctionModes on while the trace runs its forward (the trace's should be one)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        MODES_SEEN.append(torch._C._len_torch_function_stack())
+        return self.lin(x)
+
+
+def mode_counter():
+    return ModeCounter(), torch.randn(2, 4)
+
+
+class Ctc(nn.Module):
+    """CTC against CPU targets and lengths, which ctc_loss moves to the log-probabilities' device itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 5)
+
+    def forward(self, x):
+        logp = self.lin(x).log_softmax(-1)  # (T=6, N=2, C=5)
+        targets = torch.tensor([[1, 2], [3, 4]])
+        return F.ctc_loss(logp, targets, torch.full((2,), 6), torch.full((2,), 2))
+
+
+class SetItem(nn.Module):
+    """A Python scalar written into a device tensor (PyTorch makes it on that tensor's device)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.lin(x).clone()
+        h[..., 0] = 3.0
+        return h
+
+
+def ctc():
+    return Ctc(), torch.randn(6, 2, 4)
+
+
+def set_item():
+    return SetItem(), torch.randn(2, 4)
