@@ -101,7 +101,7 @@ CASES = {
     "188438": (linear(meta((80, 1, 2)), meta((4, 2)), meta((4,))), "2.13.0", "2.14.0", "26.0", "M1"),
     "116769": (call("mm", [meta((1024, 1)), meta((1, 32769))]), "2.2.0", "2.3.0", "14.1", None),
     "174345": (call("avg_pool2d", [meta((2, 4, 3, 3), (36, 1, 12, 4), offset=36)], ("<tensor>", [2, 2])),
-               "2.10.0", "2.11.0", None, None),
+               "2.11.0", "2.12.0", None, None),
     "110120": (call("masked_fill_.Scalar", [T, meta((8, 4), dtype="bool")], ("<tensor>", "<tensor>", 0.0)),
                "2.1.0", "2.2.0", None, None),
     "195163": (call("bmm", [meta((2, 16, 32768)), meta((2, 32768, 16))]), "2.14.1", None, None, "M2"),
@@ -270,6 +270,22 @@ def test_a_bmm_over_2_to_the_32_elements_is_flagged_through_fake_tensors_in_ever
     row = _rule(report, "aten::bmm")
     assert row.evidence.rule == "silent-bug-197636" and "open" in row.remedy and row.since is None
     assert report.to_dict()["ops"][report.rows.index(row)]["silent"]["fixed_in"] == "open"
+
+
+def test_every_entrys_fixing_release_follows_from_its_merge_day_and_the_branch_cuts():
+    """tools/silent/establish.py: fixed_in is the first release cut after the fix merged (a named cherry-pick
+    excepted), and the calendar's rules give what its docstring says."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "silent"))
+    import establish
+
+    assert establish.disagreements(load_bugs()[1]) == []
+    assert establish.fixing_release("2026-04-14") == "2.12.0"  # the day before the 2.12 cut
+    assert establish.fixing_release("2026-04-15") == "2.13.0"  # the cut's own day: the next release
+    assert establish.fixing_release("2026-08-12") == "open"  # after the last covered cut
+    assert establish.current_release("2026-05-12") == "2.11.0" and establish.current_release("2026-05-13") == "2.12.0"
+    assert establish.current_release("2023-02-01") is None
 
 
 def test_the_triage_accounts_for_every_report_and_the_doc_is_current():

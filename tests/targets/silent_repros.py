@@ -1,0 +1,347 @@
+"""The reporters' repros of known MPS silent-correctness bugs, as steps opscan traces (tests/test_silent_repros.py).
+
+One factory per entry of opscan/knowledge/silent_bugs.yaml, named `repro_<id>`: the call the issue (or the
+regression test) reports, at the shape, dtype and layout it reports, wrapped in a small module. Where a
+`near_<id>` exists it is the same step made safe the way the thread says (the contiguous copy, the offset-free
+view, the size just under the threshold): the entry must not fire on it. Sizes over 2**31 elements run under
+fake tensors (the test asks for them), so nothing here allocates more than a few MB.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Call(nn.Module):
+    """A parameterless module whose forward is `fn(*inputs)` (the repro's own call)."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *inputs):
+        return self.fn(*inputs)
+
+
+def _call(fn, *inputs):
+    return Call(fn), inputs
+
+
+# 161640: F.linear with a sliced (non-contiguous) weight on 2.8 (macOS 15+ no-graph path)
+def repro_161640():
+    return _call(lambda x, w: F.linear(x, w[:, ::2]), torch.randn(4, 16), torch.randn(16, 32))
+
+
+def near_161640():
+    return _call(lambda x, w: F.linear(x, w[:, ::2].contiguous()), torch.randn(4, 16), torch.randn(16, 32))
+
+
+# 133520: bn(x[5:]) — batch norm of a batch slice (storage offset), FLUX/diffusers
+class SliceNorm(nn.Module):
+    def __init__(self, start):
+        super().__init__()
+        self.bn, self.start = nn.BatchNorm2d(4), start
+
+    def forward(self, x):
+        return self.bn(x[self.start:])
+
+
+def repro_133520():
+    return SliceNorm(5), torch.randn(10, 4, 8, 8)
+
+
+def near_133520():
+    return SliceNorm(0), torch.randn(10, 4, 8, 8)
+
+
+# 187117: a_mps / s[4] with s a CPU schedule (0-dim CPU view with storage offset 4)
+class Schedule(nn.Module):
+    def __init__(self, moved):
+        super().__init__()
+        s = torch.rand(8) + 0.1
+        if moved:
+            self.register_buffer("s", s)  # moves to MPS with the model
+        else:
+            self.s = s  # a plain attribute: stays on the CPU on a Mac
+
+    def forward(self, a):
+        return a / self.s[4]
+
+
+def repro_187117():
+    return Schedule(moved=False), torch.randn(3, 4)
+
+
+def near_187117():
+    return Schedule(moved=True), torch.randn(3, 4)
+
+
+# 145203: x[:, 0] ^= 1 — in-place xor into a column view
+def repro_145203():
+    def xor_column(x):
+        x = x.clone()
+        x[:, 0] ^= 1
+        return x
+    return _call(xor_column, torch.randint(0, 8, (4, 3)))
+
+
+def near_145203():
+    def xor_row(x):
+        x = x.clone()
+        x[0] ^= 1
+        return x
+    return _call(xor_row, torch.randint(0, 8, (4, 3)))
+
+
+# 197636: bmm of (65537, 256, 64) by a transposed (65537, 64, 256): output over 2**32 elements (fake tensors)
+def repro_197636():
+    return _call(lambda a, b: torch.bmm(a, b.transpose(1, 2)), torch.randn(65537, 256, 64), torch.randn(65537, 256, 64))
+
+
+def near_197636():
+    return _call(torch.bmm, torch.randn(65537, 256, 64), torch.randn(65537, 64, 256))
+
+
+# 189495: F.linear with bias on a contiguous 3-D float32 input whose batch dimension exceeds 65536
+def repro_189495():
+    return nn.Linear(16, 8), torch.randn(65537, 1, 16)
+
+
+def near_189495():
+    return nn.Linear(16, 8), torch.randn(65536, 1, 16)
+
+
+# 163597: BERT's SDPA query, view(bsz, -1, heads, head).transpose(1, 2): non-contiguous, query length <= 8
+class BertAttention(nn.Module):
+    def __init__(self, contiguous=False):
+        super().__init__()
+        self.contiguous = contiguous
+
+    def forward(self, hidden, kv):
+        q = hidden.view(1, -1, 12, 64).transpose(1, 2)
+        q = q.contiguous() if self.contiguous else q
+        return F.scaled_dot_product_attention(q, kv, kv)
+
+
+def repro_163597():
+    return BertAttention(), (torch.randn(1, 4, 768), torch.randn(1, 12, 4, 64))
+
+
+def near_163597():
+    return BertAttention(contiguous=True), (torch.randn(1, 4, 768), torch.randn(1, 12, 4, 64))
+
+
+# 181133: q, k, v as (B, S, H, D).permute(0, 2, 1, 3) with B > 1 (the vector kernel ignores the batch stride)
+def repro_181133():
+    return _call(lambda q, k, v: F.scaled_dot_product_attention(q.permute(0, 2, 1, 3), k.permute(0, 2, 1, 3),
+                                                              v.permute(0, 2, 1, 3)),
+                 *[torch.randn(2, 4, 8, 64) for _ in range(3)])
+
+
+def near_181133():
+    return _call(lambda q, k, v: F.scaled_dot_product_attention(q.permute(0, 2, 1, 3), k.permute(0, 2, 1, 3),
+                                                              v.permute(0, 2, 1, 3)),
+                 *[torch.randn(1, 4, 8, 64) for _ in range(3)])
+
+
+# 192212: F.conv2d(x, weight5d[:, :, k]) — a non-contiguous weight
+class SlicedKernel(nn.Module):
+    def __init__(self, contiguous=False):
+        super().__init__()
+        self.weight5d = nn.Parameter(torch.randn(4, 3, 2, 3, 3))
+        self.contiguous = contiguous
+
+    def forward(self, x):
+        w = self.weight5d[:, :, 1]
+        return F.conv2d(x, w.contiguous() if self.contiguous else w)
+
+
+def repro_192212():
+    return SlicedKernel(), torch.randn(1, 3, 8, 8)
+
+
+def near_192212():
+    return SlicedKernel(contiguous=True), torch.randn(1, 3, 8, 8)
+
+
+# 140902 / 142344: a ViT patch embedding, conv(x).flatten(2).transpose(1, 2): the conv's grad_output arrives
+# transposed (channels-last strides)
+class PatchEmbed(nn.Module):
+    def __init__(self, transpose=True):
+        super().__init__()
+        self.proj, self.head, self.transpose = nn.Conv2d(3, 8, 4, stride=4), nn.Linear(8, 2), transpose
+
+    def forward(self, x):
+        x = self.proj(x).flatten(2)
+        return self.head(x.transpose(1, 2) if self.transpose else x.mean(-1))
+
+
+def repro_140902():
+    return PatchEmbed(), torch.randn(2, 3, 16, 16)
+
+
+def near_140902():
+    return PatchEmbed(transpose=False), torch.randn(2, 3, 16, 16)
+
+
+# 180201: a SIREN-like net, y = (sin(x @ w1.T + b1) @ w2.T + b2).squeeze(-1), differentiated through y.sum():
+# the gradient reaching the matmul is an expanded (stride-0) tensor
+class Siren(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1, self.b1 = nn.Parameter(torch.randn(16, 3)), nn.Parameter(torch.randn(16))
+        self.w2, self.b2 = nn.Parameter(torch.randn(1, 16)), nn.Parameter(torch.randn(1))
+
+    def forward(self, x):
+        return (torch.sin(x @ self.w1.T + self.b1) @ self.w2.T + self.b2).squeeze(-1)
+
+
+def repro_180201():
+    return Siren(), torch.randn(64, 3)
+
+
+# 124621: Conv1d on a permuted input, its output permuted and sliced, into mse_loss(reduction='none')
+class ConvMse(nn.Module):
+    def __init__(self, contiguous=False):
+        super().__init__()
+        self.conv, self.contiguous = nn.Conv1d(3, 3, 1), contiguous
+
+    def forward(self, x, y_hat):
+        y = self.conv(x.permute(0, 2, 1)).permute(0, 2, 1)[:, :5, :]
+        return F.mse_loss(y.contiguous() if self.contiguous else y, y_hat, reduction="none")
+
+
+def repro_124621():
+    return ConvMse(), (torch.randn(128, 10, 3), torch.randn(128, 5, 3))
+
+
+def near_124621():
+    return ConvMse(contiguous=True), (torch.randn(128, 10, 3), torch.randn(128, 5, 3))
+
+
+# 124834: ELU of a transposed input
+def repro_124834():
+    return _call(lambda x: F.elu(x.t()), torch.randn(4, 3))
+
+
+def near_124834():
+    return _call(lambda x: F.elu(x.t().contiguous()), torch.randn(4, 3))
+
+
+# 151460: x[::2].bitwise_not_()
+def repro_151460():
+    def invert_every_other(x):
+        x = x.clone()
+        x[::2].bitwise_not_()
+        return x
+    return _call(invert_every_other, torch.randint(0, 8, (8,), dtype=torch.int32))
+
+
+def near_151460():
+    def invert_head(x):
+        x = x.clone()
+        x[:4].bitwise_not_()
+        return x
+    return _call(invert_head, torch.randint(0, 8, (8,), dtype=torch.int32))
+
+
+# 180984: conv2d on shared[:, :1], a channel slice of a channels_last tensor
+def _channel_slice(contiguous):
+    def conv_slice(shared, weight):
+        task_slice = shared[:, :1]
+        return F.conv2d(task_slice.contiguous() if contiguous else task_slice, weight)
+    return _call(conv_slice, torch.randn(1, 2, 1, 2).contiguous(memory_format=torch.channels_last),
+                 torch.randn(1, 1, 1, 1))
+
+
+def repro_180984():
+    return _channel_slice(False)
+
+
+def near_180984():
+    return _channel_slice(True)
+
+
+# 188756: F.embedding over a table of more than 2**31 elements (fake tensors)
+def repro_188756():
+    return nn.Embedding(2 ** 22 + 1, 512), torch.tensor([0, 2 ** 22])
+
+
+def near_188756():
+    return nn.Embedding(2 ** 22, 512), torch.tensor([0, 2 ** 22 - 1])
+
+
+# 180776: consecutive F.linear calls, fp16 input of rank > 2, no bias (M5, macOS 26.4)
+def repro_180776():
+    return _call(lambda x, w: F.linear(x, w) - F.linear(x, w), torch.randn(2, 13, 1024, dtype=torch.float16),
+                 torch.randn(8, 1024, dtype=torch.float16))
+
+
+def near_180776():
+    return _call(lambda x, w, b: F.linear(x, w, b) - F.linear(x, w, b), torch.randn(2, 13, 1024, dtype=torch.float16),
+                 torch.randn(8, 1024, dtype=torch.float16), torch.randn(8, dtype=torch.float16))
+
+
+# 188438: F.linear with bias on a vector-shaped input (second-to-last dimension 1), macOS 26 on M1
+def repro_188438():
+    return nn.Linear(2, 4), torch.randn(80, 1, 2)
+
+
+def near_188438():
+    return nn.Linear(2, 4), torch.randn(80, 2, 2)
+
+
+# 116769: (1024, 1) @ (1, 32769) on macOS 14
+def repro_116769():
+    return _call(torch.mm, torch.randn(1024, 1), torch.randn(1, 32769))
+
+
+def near_116769():
+    return _call(torch.mm, torch.randn(1024, 1), torch.randn(1, 32768))
+
+
+# 174345: BatchNorm2d (eval) and avg_pool2d of a channels_last tensor with a storage offset
+class OffsetChannelsLast(nn.Module):
+    def __init__(self, start):
+        super().__init__()
+        self.bn, self.start = nn.BatchNorm2d(64).eval(), start
+
+    def forward(self, x):
+        x = x[:, self.start:].reshape(1, 8, 8, 64).permute(0, 3, 1, 2)
+        return self.bn(x) + F.avg_pool2d(x, 2).mean()
+
+
+def _offset_cl(start):
+    return OffsetChannelsLast(start), torch.randn(1, 64 + start, 64)
+
+
+def repro_174345():
+    return _offset_cl(1)
+
+
+def near_174345():
+    return _offset_cl(0)
+
+
+# 107694 (entry 110120): masked_fill_ on a transposed tensor
+def repro_110120():
+    def fill_transposed(x, mask):
+        x = x.clone().t()
+        return x.masked_fill_(mask, 0.0)
+    return _call(fill_transposed, torch.randn(4, 3), torch.rand(3, 4) > 0.5)
+
+
+def near_110120():
+    def fill_contiguous(x, mask):
+        x = x.clone().t().contiguous()
+        return x.masked_fill_(mask, 0.0)
+    return _call(fill_contiguous, torch.randn(4, 3), torch.rand(3, 4) > 0.5)
+
+
+# 195163: bmm with K = 32768 and both output dimensions 16 (M1/M2)
+def repro_195163():
+    return _call(torch.bmm, torch.randn(2, 16, 32768), torch.randn(2, 32768, 16))
+
+
+def near_195163():
+    return _call(torch.bmm, torch.randn(2, 16, 32766), torch.randn(2, 32766, 16))
