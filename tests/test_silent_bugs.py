@@ -115,8 +115,10 @@ def judged(case_call, release, macos=None, chip=None, path=BUGS_PATH):
     return silent_verdict(case_call, kb, NATIVE)
 
 
-def test_every_entry_has_a_case():
-    assert set(CASES) == {b.id for b in load_bugs()[1]}
+def test_every_case_is_an_entry():
+    """The first 22 entries' crafted calls (every entry is traced from its reporter's repro in
+    tests/test_silent_repros.py)."""
+    assert set(CASES) <= {b.id for b in load_bugs()[1]}
     assert len(CASES) == 22
 
 
@@ -183,7 +185,7 @@ def test_conditions_that_do_not_hold_leave_the_call_alone():
 def test_the_data_file_is_validated():
     text = open(BUGS_PATH, encoding="utf-8").read()
     signatures, bugs = parse_bugs(text)
-    assert len(bugs) == 22 and len({b.id for b in bugs}) == 22
+    assert len(bugs) >= 22 and len({b.id for b in bugs}) == len(bugs)
     data = yaml.safe_load(text)
     bad = dict(data, entries=[dict(data["entries"][0], affected=["2.9.0", "2.8"])])
     with pytest.raises(ValueError, match="affected"):

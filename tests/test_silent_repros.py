@@ -50,16 +50,45 @@ REPROS = {
     "174345": Repro("2.11.0"),
     "110120": Repro("2.1.0"),
     "195163": Repro("2.13.0", chip="M2"),
+    "176767": Repro("2.11.0"),
+    "174861": Repro("2.10.0"),
+    "129207": Repro("2.4.0"),
+    "141471": Repro("2.5.0"),
+    "183825": Repro("2.12.0", train=True),
+    "124096": Repro("2.13.0"),
+    "182822": Repro("2.12.0"),
+    "183631": Repro("2.12.0"),
+    "114692": Repro("2.1.0"),
+    "163327": Repro("2.14.1"),
+    "195074": Repro("2.14.1"),
+    "183419": Repro("2.12.0", fake=True),
+    "182052": Repro("2.12.0", fake=True),
+    "185663": Repro("2.12.0", fake=True),
+    "171602": Repro("2.10.0"),
+    "174339": Repro("2.14.1"),
+    "175189": Repro("2.13.0", macos="15.0", train=True),
+    "135447": Repro("2.7.0", train=True),
+    "100764": Repro("2.0.0"),
+    "118115": Repro("2.2.0"),
+    "95417": Repro("2.0.0"),
+    "189563": Repro("2.13.0"),
 }
 
 
-def fired(factory: str, release: str, repro: Repro) -> set[str]:
-    """The silent-bug rules the scan of `factory` at `release` reports (rows decided by a silent-bug entry)."""
-    from opscan.scan import ScanOptions, scan
+def fired(factory: str, release: str, repro: Repro, bug_id: str) -> bool:
+    """Whether the scan of `factory` at `release`, with entry `bug_id` the only one known, reports a row decided
+    by it (alone, so that another entry met by the same call cannot hide it)."""
+    from dataclasses import replace
+
+    from opscan.scan import ScanOptions, prepare, scan
 
     options = ScanOptions(f"{TARGETS}:{factory}", torch_version=release, macos=repro.macos, chip=repro.chip,
                           inference=not repro.train, fake=repro.fake, memory=False)
-    return {row.evidence.rule for row in scan(options).rows if row.evidence.rule.startswith("silent-bug-")}
+    prepared = prepare(options)
+    silent = {op: tuple(b for b in bugs if b.id == bug_id) for op, bugs in prepared.kb.silent.items()}
+    kb = replace(prepared.kb, silent={op: bugs for op, bugs in silent.items() if bugs})
+    report = scan(options, prepared=replace(prepared, kb=kb))
+    return any(row.evidence.rule == f"silent-bug-{bug_id}" for row in report.rows)
 
 
 def test_every_entry_has_its_reporters_repro():
@@ -68,15 +97,15 @@ def test_every_entry_has_its_reporters_repro():
 
 @pytest.mark.parametrize("bug_id", sorted(REPROS))
 def test_the_reporters_repro_meets_its_entry(bug_id):
-    assert f"silent-bug-{bug_id}" in fired(f"repro_{bug_id}", REPROS[bug_id].release, REPROS[bug_id])
+    assert fired(f"repro_{bug_id}", REPROS[bug_id].release, REPROS[bug_id], bug_id)
 
 
 @pytest.mark.parametrize("bug_id", sorted(i for i, r in REPROS.items() if r.near))
 def test_the_near_miss_does_not(bug_id):
-    assert f"silent-bug-{bug_id}" not in fired(f"near_{bug_id}", REPROS[bug_id].release, REPROS[bug_id])
+    assert not fired(f"near_{bug_id}", REPROS[bug_id].release, REPROS[bug_id], bug_id)
 
 
 @pytest.mark.parametrize("bug_id", sorted(b.id for b in load_bugs()[1] if b.fixed_in))
 def test_the_fixing_release_does_not(bug_id):
     bug = next(b for b in load_bugs()[1] if b.id == bug_id)
-    assert f"silent-bug-{bug_id}" not in fired(f"repro_{bug_id}", bug.fixed_in, REPROS[bug_id])
+    assert not fired(f"repro_{bug_id}", bug.fixed_in, REPROS[bug_id], bug_id)

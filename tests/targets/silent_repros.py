@@ -345,3 +345,314 @@ def repro_195163():
 
 def near_195163():
     return _call(torch.bmm, torch.randn(2, 16, 32766), torch.randn(2, 32766, 16))
+
+
+# 176767: q, k (1, 1, 16, 32) and v (1, 1, 16, 24): value head dim differs from the query's
+def repro_176767():
+    return _call(F.scaled_dot_product_attention, torch.randn(1, 1, 16, 32), torch.randn(1, 1, 16, 32),
+                 torch.randn(1, 1, 16, 24))
+
+
+def near_176767():
+    return _call(F.scaled_dot_product_attention, torch.randn(1, 1, 16, 32), torch.randn(1, 1, 16, 32),
+                 torch.randn(1, 1, 16, 32))
+
+
+# 174861: one decode step with GQA: q (1, 32, 1, 128), k/v (1, 2, 1024, 128), bf16, enable_gqa
+def _gqa(keys):
+    return _call(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+                 torch.randn(1, 32, 1, 128, dtype=torch.bfloat16), torch.randn(1, 2, keys, 128, dtype=torch.bfloat16),
+                 torch.randn(1, 2, keys, 128, dtype=torch.bfloat16))
+
+
+def repro_174861():
+    return _gqa(1024)
+
+
+def near_174861():
+    return _gqa(512)
+
+
+# 129207: nn.Conv1d(1, 65537, 3, padding=1) on ones(1, 1, 3)
+def repro_129207():
+    return nn.Conv1d(1, 65537, 3, padding=1), torch.ones(1, 1, 3)
+
+
+def near_129207():
+    return nn.Conv1d(1, 65536, 3, padding=1), torch.ones(1, 1, 3)
+
+
+# 141471: nn.Conv3d on a channels_last_3d input
+def repro_141471():
+    return nn.Conv3d(2, 4, 3), torch.randn(1, 2, 6, 6, 6).contiguous(memory_format=torch.channels_last_3d)
+
+
+def near_141471():
+    return nn.Conv3d(2, 4, 3), torch.randn(1, 2, 6, 6, 6)
+
+
+# 183825: F.layer_norm(x, (4,), w, b) with x (2, 4) not requiring grad, w and b requiring it
+class FrozenInputNorm(nn.Module):
+    def __init__(self, input_grad=False):
+        super().__init__()
+        self.norm, self.scale, self.input_grad = nn.LayerNorm(4), nn.Parameter(torch.ones(4)), input_grad
+
+    def forward(self, x):
+        return self.norm(x * self.scale if self.input_grad else x)
+
+
+def repro_183825():
+    return FrozenInputNorm(), torch.randn(2, 4)
+
+
+def near_183825():
+    return FrozenInputNorm(input_grad=True), torch.randn(2, 4)
+
+
+# 124096 / 186885: rfft over dim 0 of a 6-D tensor (outside the last four)
+def repro_124096():
+    return _call(lambda x: torch.fft.rfft(x, dim=0).abs(), torch.randn(4, 2, 2, 2, 2, 8))
+
+
+def near_124096():
+    return _call(lambda x: torch.fft.rfft(x, dim=-1).abs(), torch.randn(4, 2, 2, 2, 2, 8))
+
+
+# 182822: bitwise_and(a, base[1]) with base a bool tensor: a 0-dim view at byte offset 1
+def _bitwise_scalar(index):
+    return _call(lambda a, base: torch.bitwise_and(a, base[index]), torch.tensor([True, False, True]),
+                 torch.tensor([True, False, True, False, True]))
+
+
+def repro_182822():
+    return _bitwise_scalar(1)
+
+
+def near_182822():
+    return _bitwise_scalar(4)
+
+
+# 183631: x = zeros(16, bool); x[1:].fill_(True)
+def _fill_from(start):
+    def fill_tail(x):
+        x = x.clone()
+        x[start:].fill_(True)
+        return x
+    return _call(fill_tail, torch.zeros(16, dtype=torch.bool))
+
+
+def repro_183631():
+    return _fill_from(1)
+
+
+def near_183631():
+    return _fill_from(4)
+
+
+# 114692: zero-fill a contiguous slice of a larger tensor (the out-of-bounds fill of test_fill_zeros)
+def _zero_rows(start):
+    def zero_rows(x):
+        x = x.clone()
+        x[start:start + 2].zero_()
+        return x
+    return _call(zero_rows, torch.randn(6, 4))
+
+
+def repro_114692():
+    return _zero_rows(2)
+
+
+def near_114692():
+    return _zero_rows(0)
+
+
+# 163327: base[1].scatter_add_(0, idx, val) on a (2, 4) base
+def _scatter_row(row):
+    def scatter_row(base, idx, val):
+        base = base.clone()
+        base[row].scatter_add_(0, idx, val)
+        return base
+    return _call(scatter_row, torch.zeros(2, 4), torch.tensor([3, 2]), torch.ones(2))
+
+
+def repro_163327():
+    return _scatter_row(1)
+
+
+def near_163327():
+    return _scatter_row(0)
+
+
+# 195074: base.narrow(0, off, 4).scatter_add_(0, idx, ones) on a bool base
+def _bool_scatter(offset):
+    def scatter_view(base, idx, src):
+        base = base.clone()
+        base.narrow(0, offset, 4).scatter_add_(0, idx, src)
+        return base
+    return _call(scatter_view, torch.zeros(8, dtype=torch.bool), torch.tensor([0, 2]), torch.ones(2, dtype=torch.bool))
+
+
+def repro_195074():
+    return _bool_scatter(1)
+
+
+def near_195074():
+    return _bool_scatter(4)
+
+
+# 183419: randn(1_200_000, 464)[:, 4:50].neg() — byte-stride extent over INT32_MAX (fake tensors)
+def repro_183419():
+    return _call(lambda x: x[:, 4:50].neg(), torch.randn(1_200_000, 464))
+
+
+def near_183419():
+    return _call(lambda x: x[:, 4:50].neg(), torch.randn(1_000_000, 464))
+
+
+# 182052: a strided copy out of a view reaching past element 2**32 (fake tensors)
+def repro_182052():
+    return _call(lambda x: x[:, 1::2].contiguous(), torch.randn(2 ** 17 + 8, 2 ** 15, dtype=torch.float16))
+
+
+def near_182052():
+    return _call(lambda x: x[:, 1::2].contiguous(), torch.randn(2 ** 17 - 8, 2 ** 15, dtype=torch.float16))
+
+
+# 185663: aten.col2im(cols (1, 65537, 65537), [1, 131073], [1, 65537], ...) — K * L = 2**32 + 131074 (fake tensors)
+def _col2im(k):
+    return _call(lambda cols: torch.ops.aten.col2im(cols, [1, 2 * k - 1], [1, k], [1, 1], [0, 0], [1, 1]),
+                 torch.randn(1, k, k))
+
+
+def repro_185663():
+    return _col2im(65537)
+
+
+def near_185663():
+    return _col2im(65536)
+
+
+# 171602: F.grid_sample of a 5-D input with grid_base.permute(0, 2, 3, 4, 1)
+def _grid3d(contiguous):
+    def sample(inp, grid_base):
+        grid = grid_base.permute(0, 2, 3, 4, 1)
+        return F.grid_sample(inp, grid.contiguous() if contiguous else grid, align_corners=False)
+    return _call(sample, torch.randn(1, 4, 4, 8, 8), torch.randn(1, 3, 4, 8, 8))
+
+
+def repro_171602():
+    return _grid3d(False)
+
+
+def near_171602():
+    return _grid3d(True)
+
+
+# 174339: F.grid_sample of a channels_last input with an identity grid
+def _grid2d(channels_last):
+    x = torch.randn(1, 64, 16, 16)
+    return _call(lambda x, grid: F.grid_sample(x, grid, align_corners=False),
+                 x.contiguous(memory_format=torch.channels_last) if channels_last else x, torch.rand(1, 16, 16, 2) * 2 - 1)
+
+
+def repro_174339():
+    return _grid2d(True)
+
+
+def near_174339():
+    return _grid2d(False)
+
+
+# 175189: nn.BatchNorm2d(3) trained on a channels_last (4, 3, 8, 8) input
+def repro_175189():
+    return nn.BatchNorm2d(3), torch.randn(4, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+
+
+def near_175189():
+    return nn.BatchNorm2d(3), torch.randn(4, 3, 8, 8)
+
+
+# 135447: nn.ReplicationPad1d((3, 4)) trained on a (65736, 2, 4) input
+class PadThenScale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pad, self.scale = nn.ReplicationPad1d((3, 4)), nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        return self.pad(x * self.scale)
+
+
+def repro_135447():
+    return PadThenScale(), torch.randn(65736, 2, 4)
+
+
+def near_135447():
+    return PadThenScale(), torch.randn(2, 65736, 4)
+
+
+# 100764: torch.neg(x, out=torch.empty(2, 2).t())
+def _neg_into(transposed):
+    def neg_into(x, y):
+        return torch.neg(x, out=y.t() if transposed else y)
+    return _call(neg_into, torch.arange(4.0).reshape(2, 2), torch.empty(2, 2))
+
+
+def repro_100764():
+    return _neg_into(True)
+
+
+def near_100764():
+    return _neg_into(False)
+
+
+# 118115: x.t().addcdiv_(y, z) — the optimizers' update on transposed operands
+def _addcdiv(transposed):
+    def update(x, y, z):
+        x = x.clone()
+        x = x.t() if transposed else x
+        return x.addcdiv_(y, z)
+    shape = (3, 2) if transposed else (2, 3)
+    return _call(update, torch.rand(2, 3) if transposed else torch.rand(2, 3), torch.rand(*shape), torch.rand(*shape) + 1)
+
+
+def repro_118115():
+    return _addcdiv(True)
+
+
+def near_118115():
+    return _addcdiv(False)
+
+
+# 95417: x_mps[2:4] = update (float16 into float32): copy_ with a cast into a sliced view
+def _cast_into(start):
+    def cast_into(x, update):
+        x = x.clone()
+        x[start:start + 2] = update
+        return x
+    return _call(cast_into, torch.zeros(6), torch.ones(2, dtype=torch.float16))
+
+
+def repro_95417():
+    return _cast_into(2)
+
+
+def near_95417():
+    return _cast_into(0)
+
+
+# 189563: destination_storage[2:].copy_(source): float16 CPU view at offset 2 from a float32 MPS source
+def _copy_to_host(start):
+    def copy_out(source):
+        destination = torch.empty(10, dtype=torch.float16)[start:start + 8]
+        destination.copy_(source)
+        return destination
+    return _call(copy_out, torch.arange(8, dtype=torch.float32) + 0.25)
+
+
+def repro_189563():
+    return _copy_to_host(2)
+
+
+def near_189563():
+    return _copy_to_host(0)
+
