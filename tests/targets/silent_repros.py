@@ -656,3 +656,188 @@ def repro_189563():
 def near_189563():
     return _copy_to_host(0)
 
+
+
+# 149951: torch.rand(3).fmax(torch.arange(3., dtype=torch.half))
+def repro_149951():
+    return _call(torch.fmax, torch.rand(3), torch.arange(3.0, dtype=torch.half))
+
+
+def near_149951():
+    return _call(torch.fmax, torch.rand(3), torch.arange(3.0))
+
+
+# 160208: torch.add(int tensor, float tensor, alpha=2)
+def _add_alpha(dtype):
+    return _call(lambda a, b: torch.add(a, b, alpha=2), torch.arange(4), torch.rand(4).to(dtype))
+
+
+def repro_160208():
+    return _add_alpha(torch.float32)
+
+
+def near_160208():
+    return _add_alpha(torch.int64)
+
+
+# 144190: uint8 tensor >> 2
+def repro_144190():
+    return _call(lambda x: x >> 2, torch.arange(0, 256, 17, dtype=torch.uint8))
+
+
+def near_144190():
+    return _call(lambda x: x >> 2, torch.arange(0, 256, 17, dtype=torch.int32))
+
+
+# 147889: 1 << torch.arange(8)
+def repro_147889():
+    return _call(lambda x: 1 << x, torch.arange(8))
+
+
+def near_147889():
+    return _call(lambda x: torch.ones_like(x) << x, torch.arange(8))
+
+
+# 176296: a uint16 tensor / 64
+def repro_176296():
+    return _call(lambda x: x / 64, torch.arange(0, 4096, 64).to(torch.uint16))
+
+
+def near_176296():
+    return _call(lambda x: x / 64, torch.arange(0, 4096, 64).to(torch.int32))
+
+
+# 151443: torch.isin(int64 elements, int32 test_elements)
+def repro_151443():
+    return _call(torch.isin, torch.arange(8), torch.tensor([1, 3, 5], dtype=torch.int32))
+
+
+def near_151443():
+    return _call(torch.isin, torch.arange(8), torch.tensor([1, 3, 5]))
+
+
+# 160738: torch.var of a 0-dim tensor over dim 0
+def repro_160738():
+    return _call(lambda x: torch.var(x, dim=0), torch.tensor(1.5))
+
+
+def near_160738():
+    return _call(lambda x: torch.var(x, dim=0), torch.tensor([1.5, 2.5]))
+
+
+# 189134: torch.linalg.solve(A (1, 3, 3), B (4, 3, 2)) — batch shapes that broadcast
+def repro_189134():
+    return _call(torch.linalg.solve, torch.randn(1, 3, 3) + 3 * torch.eye(3), torch.randn(4, 3, 2))
+
+
+def near_189134():
+    return _call(torch.linalg.solve, (torch.randn(1, 3, 3) + 3 * torch.eye(3)).expand(4, 3, 3).contiguous(),
+                 torch.randn(4, 3, 2))
+
+
+# 144245: F.interpolate of a (3, 1, 1) input to length 3, mode='linear'
+def repro_144245():
+    return _call(lambda x: F.interpolate(x, size=3, mode="linear"), torch.randn(3, 1, 1))
+
+
+def near_144245():
+    return _call(lambda x: F.interpolate(x, size=3, mode="linear"), torch.randn(3, 1, 2))
+
+
+# 160743: F.avg_pool2d(x, 3, stride=2, ceil_mode=True, divisor_override=2)
+def _avg(divisor):
+    return _call(lambda x: F.avg_pool2d(x, 3, stride=2, ceil_mode=True, divisor_override=divisor), torch.randn(1, 2, 6, 6))
+
+
+def repro_160743():
+    return _avg(2)
+
+
+def near_160743():
+    return _avg(None)
+
+
+# 166746: BCELoss(reduction='none') on a (4, 1) prediction, trained
+class BceNone(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.lin, self.width = nn.Linear(3, width), width
+
+    def forward(self, x, target):
+        return F.binary_cross_entropy(torch.sigmoid(self.lin(x)), target, reduction="none")
+
+
+def repro_166746():
+    return BceNone(1), (torch.randn(4, 3), torch.rand(4, 1))
+
+
+def near_166746():
+    return BceNone(2), (torch.randn(4, 3), torch.rand(4, 2))
+
+
+# 98191: argmax(dim=1) of an int64 tensor
+def repro_98191():
+    return _call(lambda x: x.argmax(dim=1), torch.randint(0, 100, (10, 2)))
+
+
+def near_98191():
+    return _call(lambda x: x.argmax(dim=1), torch.rand(10, 2))
+
+
+# 187017: median over the last dim of a rank-5 tensor
+def repro_187017():
+    return _call(lambda x: x.median(dim=-1).values, torch.randn(2, 2, 2, 2, 5))
+
+
+def near_187017():
+    return _call(lambda x: x.median(dim=-1).values, torch.randn(2, 2, 2, 5))
+
+
+# 95538: all() of a 6-D bool tensor
+def repro_95538():
+    return _call(lambda x: x.all(dim=0), torch.ones(2, 1, 1, 1, 1, 3, dtype=torch.bool))
+
+
+def near_95538():
+    return _call(lambda x: x.all(dim=0), torch.ones(2, 1, 3, dtype=torch.bool))
+
+
+# 104879: torch.unique of a tensor reshaped to (1, 1, 2)
+def repro_104879():
+    return _call(lambda x: torch.unique(x.reshape(1, 1, 2)), torch.tensor([3.0, 1.0]))
+
+
+def near_104879():
+    return _call(lambda x: torch.unique(x), torch.tensor([3.0, 1.0]))
+
+
+# 96614: cumsum of a bool tensor
+def repro_96614():
+    return _call(lambda x: x.cumsum(0), torch.tensor([True, False, True, True]))
+
+
+def near_96614():
+    return _call(lambda x: x.int().cumsum(0), torch.tensor([True, False, True, True]))
+
+
+# 165257 / 124029: torch.rand_like of a permuted tensor (uniform_ of a non-contiguous empty_like)
+def repro_165257():
+    return _call(lambda x: torch.rand_like(x.permute(1, 0)), torch.randn(3, 4))
+
+
+def near_165257():
+    return _call(lambda x: torch.rand_like(x), torch.randn(3, 4))
+
+
+# 125803: test_lstm_backward, an nn.LSTM trained (macOS 14.4)
+def repro_125803():
+    return nn.LSTM(4, 7, num_layers=1), torch.randn(5, 2, 4)
+
+
+# 190056: nn.LSTM(4, 4, num_layers=2, dropout=0.5), trained
+def repro_190056():
+    return nn.LSTM(4, 4, num_layers=2, dropout=0.5), torch.randn(3, 2, 4)
+
+
+def near_190056():
+    return nn.LSTM(4, 4, num_layers=2, dropout=0.0), torch.randn(3, 2, 4)
