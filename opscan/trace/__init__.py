@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import random
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -77,9 +79,20 @@ def trace_step(target: Target, options: TraceOptions = TraceOptions(), *,
             return dataclasses.replace(found, notes=(*found.notes, retry.note))
 
 
+def _seed(seed: int) -> None:
+    """Seed every generator a step may draw from — torch's, Python's `random`, NumPy's when the step imported
+    it (transformers' wav2vec2/HuBERT masking draws its span count from NumPy): a step whose shapes depend on
+    random draws traces the same calls run to run, and two scans of one target compare equal."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(seed % 2**32)
+
+
 def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory=None, spans=frozenset(),
            amp=None) -> Trace:
-    torch.manual_seed(options.seed)
+    _seed(options.seed)
     model, inputs = _prepared(target, options)
     gm, fx_info = fxnodes.symbolic(model) if options.fx else (None, FxInfo(False, "disabled (--no-fx)"))
     shortcut = Shortcut.of(model, gm, options.repeat and target.fake is not None)
