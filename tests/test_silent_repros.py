@@ -91,6 +91,12 @@ REPROS = {
     "165257": Repro("2.9.0"),
     "125803": Repro("2.3.0", macos="14.4", train=True, near=False),
     "190056": Repro("2.13.0", train=True),
+    "115152": Repro("2.2.0"),
+    "179352": Repro("2.12.0", fake=True),
+    "197114": Repro("2.14.1", macos="26.2"),
+    "156792": Repro("2.12.0"),
+    "124335": Repro("2.3.0", fake=True),
+    "90421": Repro("2.0.0"),
 }
 
 

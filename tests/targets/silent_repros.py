@@ -841,3 +841,88 @@ def repro_190056():
 
 def near_190056():
     return nn.LSTM(4, 4, num_layers=2, dropout=0.0), torch.randn(3, 2, 4)
+
+
+# 115152: torch.zeros_like(x.permute(1, 0)).scatter_(0, idx, src)
+def _scatter_into(permuted):
+    def scatter(x, idx, src):
+        y = torch.zeros_like(x.permute(1, 0) if permuted else x)
+        return y.scatter_(0, idx, src)
+    return _call(scatter, torch.randn(3, 3), torch.tensor([[0, 1, 2]]), torch.ones(1, 3))
+
+
+def repro_115152():
+    return _scatter_into(True)
+
+
+def near_115152():
+    return _scatter_into(False)
+
+
+# 179352: SDPA at B=1, H=8, Lq=16384, Lk=65536, D=64: 2**33 scores (fake tensors)
+def _big_sdpa(keys):
+    return _call(F.scaled_dot_product_attention, torch.randn(1, 8, 16384, 64), torch.randn(1, 8, keys, 64),
+                 torch.randn(1, 8, keys, 64))
+
+
+def repro_179352():
+    return _big_sdpa(65536)
+
+
+def near_179352():
+    return _big_sdpa(32768)
+
+
+# 197114: nn.Conv3d(4, 4, 3, padding=1) on a contiguous (1, 4, 8, 8, 8) input (macOS 26.2)
+def repro_197114():
+    return nn.Conv3d(4, 4, 3, padding=1), torch.randn(1, 4, 8, 8, 8)
+
+
+def near_197114():
+    return nn.Conv3d(4, 4, 3, padding=1), torch.randn(1, 4, 8, 8, 8).contiguous(memory_format=torch.channels_last_3d)
+
+
+# 156792: BatchNorm2d of a permuted NHWC view (channels-last strides, not dense)
+class PermutedNorm(nn.Module):
+    def __init__(self, dense):
+        super().__init__()
+        self.bn, self.dense = nn.BatchNorm2d(3), dense
+
+    def forward(self, x):
+        x = x if self.dense else x[:, :, :, :3]
+        return self.bn(x.permute(0, 3, 1, 2))
+
+
+def repro_156792():
+    return PermutedNorm(dense=False), torch.randn(2, 4, 4, 5)
+
+
+def near_156792():
+    return PermutedNorm(dense=True), torch.randn(2, 4, 4, 3)
+
+
+# 124335: torch.ones(2**30) (4 GiB of float32) moved to MPS inside the step (fake tensors)
+class HostToDevice(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+
+    def forward(self, dst):
+        return dst.copy_(torch.ones(self.n))  # made without device=: a CPU tensor on a Mac, copied to MPS
+
+
+def repro_124335():
+    return HostToDevice(2 ** 30), torch.empty(2 ** 30)
+
+
+def near_124335():
+    return HostToDevice(2 ** 30 - 1), torch.empty(2 ** 30 - 1)
+
+
+# 90421: a bidirectional 2-layer nn.LSTM(5, 5) on a batch of 2 sequences of 4
+def repro_90421():
+    return nn.LSTM(5, 5, num_layers=2, bidirectional=True).eval(), torch.randn(4, 2, 5)
+
+
+def near_90421():
+    return nn.LSTM(5, 5, num_layers=2, bidirectional=True).eval(), torch.randn(4, 1, 5)
