@@ -97,7 +97,11 @@ REPROS = {
     "156792": Repro("2.12.0"),
     "124335": Repro("2.3.0", fake=True),
     "90421": Repro("2.0.0"),
+    "175192": Repro("2.11.0", train=True),
 }
+
+
+FORWARD_NEAR = {"175192"}  # the near miss is the same call without gradients (forward only)
 
 
 def fired(factory: str, release: str, repro: Repro, bug_id: str) -> bool:
@@ -127,7 +131,9 @@ def test_the_reporters_repro_meets_its_entry(bug_id):
 
 @pytest.mark.parametrize("bug_id", sorted(i for i, r in REPROS.items() if r.near))
 def test_the_near_miss_does_not(bug_id):
-    assert not fired(f"near_{bug_id}", REPROS[bug_id].release, REPROS[bug_id], bug_id)
+    repro = REPROS[bug_id]
+    near = Repro(repro.release, repro.macos, repro.chip, False, repro.fake) if bug_id in FORWARD_NEAR else repro
+    assert not fired(f"near_{bug_id}", repro.release, near, bug_id)
 
 
 @pytest.mark.parametrize("bug_id", sorted(b.id for b in load_bugs()[1] if b.fixed_in))

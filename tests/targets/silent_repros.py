@@ -926,3 +926,21 @@ def repro_90421():
 
 def near_90421():
     return nn.LSTM(5, 5, num_layers=2, bidirectional=True).eval(), torch.randn(4, 1, 5)
+
+
+# 175192: torch.linalg.solve(A (3, 4, 4), B (3, 4, 2)).sum().backward()
+class Solve(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter(torch.randn(3, 4, 4) + 3 * torch.eye(4))
+
+    def forward(self, b):
+        return torch.linalg.solve(self.a, b)
+
+
+def repro_175192():
+    return Solve(), torch.randn(3, 4, 2)
+
+
+def near_175192():
+    return _call(lambda a, b: torch.linalg.solve(a, b), torch.randn(3, 4, 4) + 3 * torch.eye(4), torch.randn(3, 4, 2))
