@@ -290,16 +290,35 @@ def test_every_entrys_fixing_release_follows_from_its_merge_day_and_the_branch_c
     assert establish.current_release("2023-02-01") is None
 
 
+def test_the_recorded_recall_is_of_the_current_entries():
+    """tools/silent/recall.json (docs/silent-bugs.md's recall section) splits today's entries at its day: rerun
+    tools/silent/recall.py DAY --write when an entry is added or its day changes."""
+    import datetime
+    import json
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = json.load(open(os.path.join(root, "tools", "silent", "recall.json"), encoding="utf-8"))
+    day = datetime.date.fromisoformat(result["day"])
+    bugs = load_bugs()[1]
+    after = {b.id for b in bugs if datetime.date.fromisoformat(b.reported) >= day}
+    assert {h["id"] for h in result["bugs"]} == after and result["base"] == len(bugs) - len(after)
+    assert result["predicted"] == sum(bool(h["predicted_by"]) for h in result["bugs"])
+
+
 def test_the_triage_accounts_for_every_report_and_the_doc_is_current():
     import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    triage = yaml.safe_load(open(os.path.join(root, "tools", "silent", "triage.yaml"), encoding="utf-8"))["records"]
-    assert len(triage) == 194
+    data = yaml.safe_load(open(os.path.join(root, "tools", "silent", "triage.yaml"), encoding="utf-8"))
+    triage = data["records"]
+    assert len(triage) >= 194 and len({r["id"] for r in triage}) == len(triage)
     ids = {b.id for b in load_bugs()[1]}
     assert {r["entry"] for r in triage if r["outcome"] == "entry"} == ids
+    assert {r["outcome"] for r in triage} <= {"entry", "not an entry", "not encodable", "out of scope"}
     assert all(r.get("reason") for r in triage if r["outcome"] != "entry")
+    assert not any("releases not established" in r.get("reason", "") for r in triage)
+    assert all(q["query"] and q["corpus"] and q["count"] >= 0 for q in data["searches"])
     readme = open(os.path.join(root, "README.md"), encoding="utf-8").read()
     assert f"Known silent-correctness bugs: {len(ids)} entries" in readme and f"{len(triage)} reports" in readme
     tool = os.path.join(root, "tools", "silent_bugs_doc.py")
