@@ -63,3 +63,18 @@ def test_the_near_miss_does_not(bug_id):
 def test_the_fixing_release_does_not(bug_id):
     bug = next(b for b in load_bugs()[1] if b.id == bug_id)
     assert not fired(f"repro_{bug_id}", bug.fixed_in, REPROS[bug_id], bug_id)
+
+
+def test_the_mac_probe_set_builds_from_the_repros():
+    """tools/silent/probe_set.py: each entry it settles is an entry with a repro, and both steps build."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "silent", "probe_set.py")
+    spec = importlib.util.spec_from_file_location("silent_probe_set", path)
+    probe_set = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe_set)
+    assert set(probe_set.SETTLE) <= set(REPROS) and all(mode in ("forward", "training")
+                                                        for mode, _ in probe_set.SETTLE.values())
+    for factory in (probe_set.forward_set, probe_set.training_set):
+        model, inputs = factory()
+        assert len(model.repros) == len(inputs) and model(*inputs).dim() == 0

@@ -71,6 +71,12 @@ one release; a threshold is the one reported, and a bug reported at 2**32 elemen
 shapes. Measured mode on a real Apple Silicon Mac is the check; a virtual Mac (GitHub's hosted macOS runners) is
 not one, and its measurements never stand for MPS.
 
+**Settling an entry on a Mac.** tools/silent/probe_set.py is a target whose step makes the reporters' repro calls
+of the entries a measurement can decide (its `SETTLE` names each entry and the torch releases and macOS to run it
+on): `opscan bundle tools/silent/probe_set.py:forward_set --inference` and `... :training_set`, run on the Mac once
+per release in question ([bundle.md](bundle.md)); a `mismatch` where an entry says clean, or a clean row where it
+says affected, corrects the entry.
+
 **Where the trace and MPS differ.** The conditions read strides and offsets recorded on the CPU. A tensor the step
 is given (parameters, buffers, inputs) is copied to MPS by `.to("mps")`, which starts it at offset 0, so offsets are
 counted from where it starts; a tensor that stays on the CPU on a Mac — one that existed before the step without
