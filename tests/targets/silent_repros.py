@@ -553,8 +553,8 @@ def near_171602():
 # 174339: F.grid_sample of a channels_last input with an identity grid
 def _grid2d(channels_last):
     x = torch.randn(1, 64, 16, 16)
-    return _call(lambda x, grid: F.grid_sample(x, grid, align_corners=False),
-                 x.contiguous(memory_format=torch.channels_last) if channels_last else x, torch.rand(1, 16, 16, 2) * 2 - 1)
+    x = x.contiguous(memory_format=torch.channels_last) if channels_last else x
+    return _call(lambda x, grid: F.grid_sample(x, grid, align_corners=False), x, torch.rand(1, 16, 16, 2) * 2 - 1)
 
 
 def repro_174339():
@@ -614,7 +614,7 @@ def _addcdiv(transposed):
         x = x.t() if transposed else x
         return x.addcdiv_(y, z)
     shape = (3, 2) if transposed else (2, 3)
-    return _call(update, torch.rand(2, 3) if transposed else torch.rand(2, 3), torch.rand(*shape), torch.rand(*shape) + 1)
+    return _call(update, torch.rand(2, 3), torch.rand(*shape), torch.rand(*shape) + 1)
 
 
 def repro_118115():
@@ -748,7 +748,8 @@ def near_144245():
 
 # 160743: F.avg_pool2d(x, 3, stride=2, ceil_mode=True, divisor_override=2)
 def _avg(divisor):
-    return _call(lambda x: F.avg_pool2d(x, 3, stride=2, ceil_mode=True, divisor_override=divisor), torch.randn(1, 2, 6, 6))
+    return _call(lambda x: F.avg_pool2d(x, 3, stride=2, ceil_mode=True, divisor_override=divisor),
+                 torch.randn(1, 2, 6, 6))
 
 
 def repro_160743():
