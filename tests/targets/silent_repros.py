@@ -1022,7 +1022,7 @@ REPROS = {
     "95538": Repro("2.0.0"),
     "104879": Repro("2.0.0", macos="13.0"),  # below macOS 13 the kernel runs unique on the CPU itself
     "96614": Repro("2.0.0"),
-    "165257": Repro("2.9.0"),
+    "165257": Repro("2.9.0", macos="14.0"),
     "125803": Repro("2.3.0", macos="14.4", train=True, near=False),
     "190056": Repro("2.13.0", train=True),
     "115152": Repro("2.2.0"),
