@@ -99,7 +99,7 @@ def test_a_fallback_must_name_real_releases_and_a_source():
     for bad in ({**good, "releases": ["2.4.x"]}, {**good, "source": " "}, {**good, "extra": 1}):
         with pytest.raises(ValueError):
             parse_fallbacks(yaml.safe_dump({"fallbacks": [bad]}))
-    assert parse_fallbacks(yaml.safe_dump({"fallbacks": [good]}))[0].covers("2.4.1")
+    assert parse_fallbacks(yaml.safe_dump({"fallbacks": [good]}))[0].releases.covers("2.4.1")
 
 
 def _needle(message: str) -> bytes:
@@ -116,7 +116,7 @@ def test_each_message_is_in_the_dylib_of_exactly_the_releases_its_rules_cover(re
     data = (DYLIBS / release / "torch" / "lib" / "libtorch_cpu.dylib").read_bytes()
     covered: dict[bytes, bool] = {}
     for rule in load_fallbacks():
-        covered[_needle(rule.message)] = covered.get(_needle(rule.message), False) or rule.covers(release)
+        covered[_needle(rule.message)] = covered.get(_needle(rule.message), False) or rule.releases.covers(release)
     assert {needle: needle in data for needle in covered} == covered
 
 

@@ -16,7 +16,7 @@ from opscan.knowledge.kernel_rules import RULES_PATH, load_size_rules, parse_siz
 from opscan.predict.runtime_checks import note_from_shapes, size_rule_fires
 from opscan.knowledge.sources import op_record
 from opscan.knowledge.yaml_index import essential_lines, index_entries
-from opscan.opkey import OpKey, Release
+from opscan.opkey import OpKey, Release, ReleaseRange, macos_text, parse_macos
 
 INSTALLED = installed_release()
 K = OpKey.parse
@@ -233,6 +233,32 @@ def test_a_release_parses_compares_and_prints_in_one_place():
     for bad in ("2", "2.x", "nightly", "2.14.1rc1", ""):
         with pytest.raises(ValueError, match="not a torch release"):
             Release.parse(bad)
+
+
+def test_a_release_range_is_read_in_one_place_from_each_spelling():
+    listed = ReleaseRange.parse(["2.3.1", "2.4"])  # kernel_rules.yaml: exact releases and whole series
+    assert [r for r in ("2.3.0", "2.3.1", "2.4.0", "2.4.1", "2.5.0") if listed.covers(r)] == ["2.3.1", "2.4.0", "2.4.1"]
+    dotted = ReleaseRange.parse("2.5.0..2.8.0")  # expectation_conditions.yaml, composite_paths.yaml
+    assert (dotted.covers("2.4.1"), dotted.covers("2.5.0"), dotted.covers("2.8.0"), dotted.covers("2.8.1")) == \
+        (False, True, True, False)
+    pair = ReleaseRange.between("2.8.0", "2.11")  # silent_bugs.yaml's `affected`: a series last takes its patches
+    assert (pair.covers("2.7.1"), pair.covers("2.8.0"), pair.covers("2.11.3"), pair.covers("2.12.0")) == \
+        (False, True, True, False)
+    assert str(pair.first) == "2.8.0" and pair.covers(Release.parse("2.9.1+cu130")) and str(listed) == "2.3.1, 2.4"
+    assert ReleaseRange.parse("2.4") == ReleaseRange.parse(["2.4"]) == ReleaseRange.between("2.4", "2.4")
+    for bad in ("2.4.x", "2.8.0..2.7", "2.14.1+cu130", "2.1.0.1", [], "2"):
+        with pytest.raises(ValueError):
+            ReleaseRange.parse(bad)
+    with pytest.raises(ValueError, match="not a release series"):
+        ReleaseRange.parse(["2.14", "2.14.1"], series=True)
+
+
+def test_a_macos_version_is_read_in_one_place():
+    assert (parse_macos("14.4"), parse_macos("15"), parse_macos(" 26.0 ")) == ((14, 4), (15, 0), (26, 0))
+    assert macos_text((14, 4)) == "14.4"
+    for bad in ("sonoma", "14.x", "", "-1"):
+        with pytest.raises(ValueError, match="not a macOS version"):
+            parse_macos(bad)
 
 
 # --- torchvision.yaml ------------------------------------------------------------------------

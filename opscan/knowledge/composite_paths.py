@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import yaml
 
 from opscan.knowledge.conditions import compile_when
-from opscan.opkey import Release
+from opscan.opkey import ReleaseRange
 
 PATHS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "composite_paths.yaml")
 
@@ -36,16 +36,10 @@ class CompositePaths:
     """The paths of one composite in a release range."""
 
     op: str
-    first: str
-    last: str
+    releases: ReleaseRange
     args: tuple[str, ...]
     paths: tuple[Path, ...]
     source: str
-
-    def covers(self, release: str) -> bool:
-        """Whether `release` is within first..last."""
-        key = Release.parse(release).numbers
-        return Release.parse(self.first).numbers <= key <= Release.parse(self.last).numbers
 
 
 def _path(raw: dict) -> Path:
@@ -67,7 +61,7 @@ def load_sparse_paths(path: str = PATHS_FILE) -> tuple[CompositePaths, ...]:
 
 def sparse_paths_for(op: str, release: str) -> CompositePaths | None:
     """The sparse-input branch of overload `op` (yaml spelling) covering `release`, or None."""
-    return next((e for e in load_sparse_paths() if e.op == op and e.covers(release)), None)
+    return next((e for e in load_sparse_paths() if e.op == op and e.releases.covers(release)), None)
 
 
 def _entries(path: str, section: str) -> tuple[CompositePaths, ...]:
@@ -75,12 +69,11 @@ def _entries(path: str, section: str) -> tuple[CompositePaths, ...]:
         raw = yaml.safe_load(fh) or {}
     out = []
     for item in raw.get(section, ()):
-        first, _, last = str(item["releases"]).partition("..")
-        out.append(CompositePaths(item["op"], first, last or first, tuple(item.get("args", ())),
+        out.append(CompositePaths(item["op"], ReleaseRange.parse(item["releases"]), tuple(item.get("args", ())),
                                   tuple(_path(p) for p in item["paths"]), " ".join(str(item["source"]).split())))
     return tuple(out)
 
 
 def paths_for(op: str, release: str) -> CompositePaths | None:
     """The entry for overload `op` (yaml spelling) covering `release`, or None."""
-    return next((e for e in load_paths() if e.op == op and e.covers(release)), None)
+    return next((e for e in load_paths() if e.op == op and e.releases.covers(release)), None)

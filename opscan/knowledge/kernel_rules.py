@@ -26,7 +26,7 @@ from types import MappingProxyType
 import yaml
 
 from opscan.knowledge.conditions import compile_when
-from opscan.opkey import OpKey, Release
+from opscan.opkey import OpKey, Release, ReleaseRange
 
 RULES_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_rules.yaml")
 VERDICTS = ("error", "unsupported_dtype")
@@ -106,7 +106,7 @@ class SizeRule:
 
     id: str
     ops: frozenset[OpKey]
-    releases: tuple[str, ...]  # release series ("2.14")
+    releases: ReleaseRange  # of release series ("2.14")
     message: str  # the kernel's message
     when: str  # over input_spatial and output_size
     remedy: str
@@ -120,9 +120,11 @@ def parse_size_rules(text: str) -> tuple[SizeRule, ...]:
     for raw in (yaml.safe_load(text) or {}).get("size_rules", ()):
         if set(raw) != {"id", "ops", "releases", "message", "when", "remedy", "source"} or not raw["source"].strip():
             raise ValueError(f"kernel_rules.yaml: bad size rule {raw.get('id')!r}")
-        series = tuple(str(s) for s in raw["releases"])
-        if any(Release.parse(s).series != s for s in series):
-            raise ValueError(f"kernel_rules.yaml: size rule {raw['id']!r} lists a release that is not a series")
+        try:
+            series = ReleaseRange.parse(raw["releases"], series=True)
+        except ValueError:
+            raise ValueError(f"kernel_rules.yaml: size rule {raw['id']!r} lists a release that is not a series") \
+                from None
         out.append(SizeRule(raw["id"], frozenset(OpKey.from_yaml(o) for o in raw["ops"]), series, raw["message"],
                             raw["when"], raw["remedy"], raw["source"], compile_when(raw["when"])))
     return tuple(out)
@@ -137,17 +139,13 @@ class FallbackRule:
     message: str  # the kernel's TORCH_WARN_ONCE text, as in the releases' dylibs
     ops: tuple[str, ...]  # yaml spellings of the ops whose MPS kernel has it
     args: tuple[str, ...]  # the op's argument names, in schema order
-    releases: tuple[str, ...]  # exact releases ("2.3.1") or series ("2.4": every patch release of it)
+    releases: ReleaseRange  # exact releases ("2.3.1") or series ("2.4": every patch release of it)
     condition: str  # the C++ condition as read
     when: str  # the same, in the expression language (over `args` and `macos`)
     remedy: str
     source: str
     code: ast.Expression
     first_tensor: bool = False  # read by CallArgs.bind, as a KernelRule's
-
-    def covers(self, release: str) -> bool:
-        """Whether `release`'s binary has this fallback."""
-        return release in self.releases or Release.parse(release).series in self.releases
 
 
 _FALLBACK_KEYS = frozenset({"id", "message", "ops", "args", "releases", "condition", "when", "remedy", "source"})
@@ -159,9 +157,10 @@ def parse_fallbacks(text: str) -> tuple[FallbackRule, ...]:
     for raw in (yaml.safe_load(text) or {}).get("fallbacks", ()):
         if set(raw) != _FALLBACK_KEYS or not raw["source"].strip() or not raw["releases"]:
             raise ValueError(f"kernel_rules.yaml: bad fallback {raw.get('id')!r}")
-        releases = tuple(str(r) for r in raw["releases"])
-        if any(r.count(".") not in (1, 2) or Release.parse(r).series != ".".join(r.split(".")[:2]) for r in releases):
-            raise ValueError(f"kernel_rules.yaml: fallback {raw['id']!r} lists a release that is not one")
+        try:
+            releases = ReleaseRange.parse(raw["releases"])
+        except ValueError:
+            raise ValueError(f"kernel_rules.yaml: fallback {raw['id']!r} lists a release that is not one") from None
         out.append(FallbackRule(raw["id"], raw["message"], tuple(raw["ops"]), tuple(raw["args"]), releases,
                                 raw["condition"], raw["when"], raw["remedy"], raw["source"],
                                 compile_when(raw["when"])))
