@@ -202,7 +202,7 @@ class ReleaseRange:
 def _range_end(text: str, series: bool) -> Release:
     release = Release.parse(str(text).strip())
     if release.local or len(release.numbers) not in ((2,) if series else (2, 3)):
-        raise ValueError(f"not a release {'series' if series else 'or series'}: {text!r}")
+        raise ValueError(f"not a series: {text!r}" if series else f"not a release or series: {text!r}")
     return release
 
 

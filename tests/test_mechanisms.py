@@ -291,8 +291,7 @@ def test_the_least_severe_path_decides_and_a_possibly_native_path_decides_nothin
     op = OpKey.parse("aten::_embedding_bag_backward")
 
     def crafted(*calls):
-        entry = CompositePaths(op.yaml_name, ReleaseRange.parse("2.0.0"), (), tuple(Path(c, None, None, None) for c in calls),
-                               "crafted")
+        entry = CompositePaths(op.yaml_name, ReleaseRange.parse("2.0.0"), tuple(Path(c) for c in calls), "crafted")
         monkeypatch.setattr(paths, "paths_for", lambda name, release: entry if name == op.yaml_name else None)
         return predict_op(op, ("float32",), kb)
 

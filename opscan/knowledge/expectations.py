@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import yaml
 
 from opscan.knowledge.conditions import compile_when, evaluate_when
+from opscan.knowledge.schema import derived, entry_values
 from opscan.opkey import ReleaseRange
 
 CONDITIONS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "expectation_conditions.yaml")
@@ -33,7 +34,7 @@ class Condition:
     when: str
     means: str
     source: str
-    code: ast.Expression
+    code: ast.Expression = derived()
 
 
 @functools.lru_cache(maxsize=2)
@@ -43,9 +44,9 @@ def load_conditions(path: str = CONDITIONS_PATH) -> tuple[Condition, ...]:
         raw = yaml.safe_load(fh) or {}
     out = []
     for item in raw.get("conditions", ()):
-        out.append(Condition(item["list"], item["opinfo"], ReleaseRange.parse(item["releases"]), item["comment"],
-                             item["when"],
-                             " ".join(str(item["means"]).split()), item["source"], compile_when(item["when"])))
+        values = entry_values(Condition, item, "expectation_conditions.yaml", "condition",
+                              releases=ReleaseRange.parse, means=lambda text: " ".join(str(text).split()))
+        out.append(Condition(**values, code=compile_when(values["when"])))
     return tuple(out)
 
 

@@ -19,6 +19,7 @@ from types import MappingProxyType
 import yaml
 
 from opscan.knowledge.conditions import compile_when
+from opscan.knowledge.schema import derived, entry_values
 from opscan.opkey import Macos, OpKey, Release, ReleaseRange, macos_text, parse_macos
 
 BUGS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "silent_bugs.yaml")
@@ -33,8 +34,6 @@ BOUND_AS = {"_mps_convolution": "convolution", "_mps_convolution_transpose": "co
             "mps_convolution_backward": "convolution_backward",
             "mps_convolution_transpose_backward": "convolution_backward",
             "_scaled_dot_product_attention_math_for_mps": "scaled_dot_product_attention"}
-_FIELDS = {"id", "title", "issues", "fix_pr", "ops", "when", "kinds", "affected", "fixed_in", "macos", "chip",
-           "workaround", "established", "confidence", "source"}
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ class SilentBug:
     fix_pr: int | None
     ops: tuple[str, ...]  # yaml spellings of MPS-view ops
     when: Mapping[str, str]  # op -> condition text
-    code: Mapping[str, ast.Expression]  # op -> compiled condition
+    code: Mapping[str, ast.Expression] = derived()  # op -> compiled condition
     kinds: tuple[str, ...]
     affected: ReleaseRange  # from the first affected release to the last affected series ("2.8.0..2.8")
     fixed_in: str | None  # None: open
@@ -131,11 +130,8 @@ def parse_bugs(text: str) -> tuple[dict[str, tuple[str, ...]], tuple[SilentBug, 
 
 
 def _entry(raw, signatures) -> SilentBug:
-    where = f"silent_bugs.yaml: entry {raw.get('id') if isinstance(raw, dict) else raw!r}"
-    if not isinstance(raw, dict) or set(raw) != _FIELDS:
-        got = set(raw) if isinstance(raw, dict) else set()
-        raise ValueError(f"{where}: fields differ from {sorted(_FIELDS)} (missing {sorted(_FIELDS - got)}, "
-                         f"extra {sorted(got - _FIELDS)})")
+    entry_values(SilentBug, raw, "silent_bugs.yaml", "entry")  # its keys are SilentBug's fields
+    where = f"silent_bugs.yaml: entry {raw['id']!r}"
     ops = tuple(str(o) for o in raw["ops"])
     for op in ops:
         OpKey.from_yaml(op)
