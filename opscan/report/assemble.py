@@ -16,7 +16,7 @@ from collections import Counter
 from typing import Any
 
 from opscan import __version__
-from opscan.opkey import Release
+from opscan.opkey import Release, macos_text
 from opscan.report import Report, RowUse, count_phases, disagreements, make_row, measured_rows
 from opscan.report.where import places
 from opscan.verdict import Classification, Source
@@ -50,8 +50,21 @@ def build_report(prepared, model: str, predicted: list, memory, measurement) -> 
         modules=trace.modules, upgrade={**upgrade.to_dict(), "source": Source.PREDICTED.value},
         memory={**memory, "source": Source.PREDICTED.value} if memory else None,
         measurement=None if measurement is None else {**measurement.section, "disagreements": disagreements(rows)},
-        **graph_stage(trace, view, verdicts, rows, memory, source, prepared.graphs),
+        **_with_device_code(graph_stage(trace, view, verdicts, rows, memory, source, prepared.graphs), target, trace,
+                            kb.release),
     )
+
+
+def _with_device_code(stage: dict[str, Any], target, trace, release: str) -> dict[str, Any]:
+    """The graph stage's keywords with the `device_code` section and its lane reasons (report/device_code.py)."""
+    from opscan.predict.device_code import device_findings
+    from opscan.report.device_code import device_section, with_device_reasons
+
+    calls = (*getattr(target, "device_calls", ()), *getattr(trace, "device_calls", ()))
+    findings = device_findings(calls, release)
+    project = getattr(target, "project", None)
+    return {**stage, "lane": with_device_reasons(stage["lane"], findings, project),
+            "device_code": device_section(findings, project)}
 
 
 def _platform(measurement) -> str | None:
@@ -149,7 +162,7 @@ def _assumptions(torch_version: str, kb, measurement=None, notes=()) -> dict[str
     return {
         "torch_release": kb.release,
         "installed_torch": torch_version,
-        "macos": ".".join(map(str, kb.macos)),
+        "macos": macos_text(kb.macos),
         "macos_source": kb.macos_source,
         "kb_entry": kb.origin if kb.entry is None else f"{kb.origin}: releases/{kb.entry}",
         "notes": list(kb.notes) + _what_if(torch_version, kb) + list(notes),

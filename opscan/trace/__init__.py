@@ -21,6 +21,8 @@ from opscan.opkey import OpKey
 from opscan.target.load import Target
 from opscan.trace import collector, fake, fxnodes, repeat, step
 from opscan.trace.amp import AmpTrace
+from opscan.trace.device_calls import STEP, DeviceCalls, as_mac
+from opscan.trace.frames import Sites
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker
 from opscan.trace.lens import Lens
 from opscan.trace.questions import Questions
@@ -92,6 +94,15 @@ def _seed(seed: int) -> None:
 
 def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory=None, spans=frozenset(),
            amp=None) -> Trace:
+    """The step traced as a Mac runs it: device queries answered as there, its CUDA calls recorded (device_calls.py)."""
+    devices = DeviceCalls(STEP, Sites(target.anchor), torch.device(_device_of(target.model)))
+    with as_mac(devices):
+        found = _trace_as_mac(target, options, has_mps_kernel, expand, memory, spans, amp, devices)
+    return dataclasses.replace(found, device_calls=devices.calls())
+
+
+def _trace_as_mac(target: Target, options: TraceOptions, has_mps_kernel, expand, memory, spans, amp,
+                  devices: DeviceCalls) -> Trace:
     _seed(options.seed)
     model, inputs = _prepared(target, options)
     gm, fx_info = fxnodes.symbolic(model) if options.fx else (None, FxInfo(False, "disabled (--no-fx)"))
@@ -114,7 +125,7 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
     with contextlib.ExitStack() as stack:
         tagger = fxnodes.FxNodeTagger(gm, tracker, recorder) if gm is not None else contextlib.nullcontext()
         attached = below.attached() if below is not None else contextlib.nullcontext()
-        mixed = AmpTrace(release, notes, recorder) if amp is not None else contextlib.nullcontext()
+        mixed = AmpTrace(release, notes, recorder, devices=devices) if amp is not None else contextlib.nullcontext()
         for ctx in (tracker, phases, tagger, lens, HostFactories(recorder.storages), mapper, attached, recorder,
                     mixed):
             stack.enter_context(ctx)
