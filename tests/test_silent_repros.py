@@ -27,18 +27,26 @@ REPROS, Repro = _repros()
 FORWARD_NEAR = {"175192"}  # the near miss is the same call without gradients (forward only)
 
 
+_TRACES: dict = {}  # (factory, macos, chip, train, fake) -> [(Prepared, seconds)]: one trace serves every release
+# that would trace the step identically (opscan.zoo.releases.trace_serving), so a repro's fixing release reuses it
+
+
 def fired(factory: str, release: str, repro: Repro, bug_id: str) -> bool:
     """Whether the scan of `factory` at `release`, with entry `bug_id` the only one known, reports a row decided
     by it (alone, so that another entry met by the same call cannot hide it)."""
     from dataclasses import replace
 
-    from opscan.scan import ScanOptions, prepare, scan
+    from opscan.knowledge import load_knowledge
+    from opscan.scan import ScanOptions, scan
+    from opscan.zoo.releases import trace_serving
 
     options = ScanOptions(f"{TARGETS}:{factory}", torch_version=release, macos=repro.macos, chip=repro.chip,
                           inference=not repro.train, fake=repro.fake, memory=False)
-    prepared = prepare(options)
-    silent = {op: tuple(b for b in bugs if b.id == bug_id) for op, bugs in prepared.kb.silent.items()}
-    kb = replace(prepared.kb, silent={op: bugs for op, bugs in silent.items() if bugs})
+    kb = load_knowledge(release=release, macos=repro.macos, chip=repro.chip)
+    traced = _TRACES.setdefault((factory, repro.macos, repro.chip, repro.train, repro.fake), [])
+    prepared = traced[trace_serving(traced, kb, options)][0]
+    silent = {op: tuple(b for b in bugs if b.id == bug_id) for op, bugs in kb.silent.items()}
+    kb = replace(kb, silent={op: bugs for op, bugs in silent.items() if bugs})
     report = scan(options, prepared=replace(prepared, kb=kb))
     return any(row.evidence.rule == f"silent-bug-{bug_id}" for row in report.rows)
 
