@@ -316,3 +316,9 @@ def test_a_composite_that_moves_its_cpu_arguments_itself_is_no_finding():
 def test_a_python_scalar_written_into_a_device_tensor_is_on_the_device():
     report = _scan("placement.py", "set_item")
     assert report.placement is None and all(r.verdict == Verdict.NATIVE for r in report.rows)
+
+
+def test_a_host_computation_through_composites_then_moved_is_no_finding():
+    report = _scan("placement.py", "host_then_moved")
+    assert report.placement is None, report.placement
+    assert _row(report, "aten::abs.out").evidence.rule == "placement-host"  # its result allocated on the host too

@@ -64,6 +64,7 @@ class CallRecorder(TorchDispatchMode):
         self._muted = False
         self.sites = Sites()  # the calling places (py chain, caller, the user's line), each kept once
         self._parent_site: tuple = ((), None, None)  # the site of the last top-level call (its callees share it)
+        self._made_from: list[tuple[int, ...]] = []  # the host sources of the calls running now, innermost last
 
     def index_parameters(self, model: torch.nn.Module) -> None:
         """Remember parameter storages so optimizer calls can be attributed to their module."""
@@ -118,12 +119,18 @@ class CallRecorder(TorchDispatchMode):
         self.calls.append(None)  # reserve the slot so callees come after their composite
         if self.event_marks is not None:
             self.event_marks.append(self.below.events_now())
+        # what the call makes is on the host when its tensor arguments all are; a callee with none (the empty a
+        # composite allocates its result with, from self's options) where its composite's are
+        made_from = _host_roots(inputs) if inputs and all(t.host for t in inputs) else (
+            self._made_from[-1] if not inputs and self._made_from else ())
+        self._made_from.append(made_from)
         try:
             out, expanded = self._execute(func, op, index, args, kwargs, ins)
         except Exception as exc:  # the step may catch it ("try float16, else float32"): keep the call
             self._store(index, op, phase, inputs, (), args, kwargs, spec, False, f"{type(exc).__name__}: {exc}", site)
             raise
-        made_from = _host_roots(inputs) if inputs and all(t.host for t in inputs) else ()
+        finally:
+            self._made_from.pop()
         outputs = tuple(describe(t, self.storages, made_from) for t in tensors_in(out))
         self._store(index, op, phase, inputs, outputs, args, kwargs, spec, expanded, None, site)
         return out

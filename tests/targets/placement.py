@@ -189,3 +189,21 @@ def ctc():
 
 def set_item():
     return SetItem(), torch.randn(2, 4)
+
+
+class HostThenMoved(nn.Module):
+    """A mask computed on the CPU through composites (abs allocates its result inside) and moved before use, as
+    transformers' LongT5 builds its local attention mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        rel = torch.arange(4, dtype=torch.int32) - 1
+        keep = torch.abs(rel) < 2
+        return self.lin(x).masked_fill(keep.to(x.device), 0.0)
+
+
+def host_then_moved():
+    return HostThenMoved(), torch.randn(2, 4)
