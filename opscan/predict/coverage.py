@@ -6,7 +6,7 @@ structured delegate, or registered by hand; `composite` a composite kernel runni
 `python` a Python registration; `cpu_fallback` the always-CPU list; `none`), `since` (the first
 covered release where its status is native), the evidence and `limits`: the runtime checks of its MPS
 kernel in that release (kernel_checks.txt), each marked encoded or not. A composite gets the status of
-what it calls (predict.composites: an `autogen:` overload calls the overload it was generated from; the
+what it calls (predict/composite.py: an `autogen:` overload calls the overload it was generated from; the
 others the callees recorded on OpInfo samples at build time, judged release by release), else `unknown`
 with the reason. `diff` compares two releases: kernel changes and status changes are listed apart (a
 kernel that became a composite may keep its status). No torch import.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import yaml
 
 from opscan.knowledge import Knowledge, load_knowledge
-from opscan.predict.composites import judge_composite
+from opscan.predict.rules import judge_composite
 from opscan.opkey import OpKey, macos_text
 from opscan.verdict import Classification, Evidence, Verdict
 
@@ -93,8 +93,8 @@ def kernel_of(op: OpKey, kb: Knowledge) -> str:
 
 
 def status_of(op: OpKey, kb: Knowledge) -> Classification:
-    """The dtype-free verdict; a composite is judged by what it calls (predict.composites)."""
-    return judge_composite(op, kb)
+    """The dtype-free verdict; a composite is judged by what it calls (predict/composite.py)."""
+    return judge_composite(op, (), kb)
 
 
 def limits_of(op: OpKey, kb: Knowledge) -> tuple[dict, ...]:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from opscan.knowledge.conditions import TensorArg, evaluate_when
-from opscan.knowledge.composite_paths import paths_for
+from opscan.knowledge.callees import PATHS, callees
 from opscan.knowledge.kernel_rules import KernelRule, SizeRule, load_kernel_rules
 from opscan.opkey import OpKey, macos_text
 from opscan.predict.dtype_rules import result
@@ -103,7 +103,7 @@ def needs_args(op, kb) -> bool:
 
     has_rules = kb.limits is not None and op.namespace == "aten" and bool(kb.limits.rules_for(op.yaml_name))
     has_rules = has_rules or (op.namespace == "aten" and op.yaml_name in _fallback_ops())
-    return has_rules or ranked(kb, op) or (op.namespace == "aten" and paths_for(op.yaml_name, kb.release) is not None)
+    return has_rules or ranked(kb, op) or callees(op, kb, PATHS) is not None
 
 
 # Which recorded tensor carries the pooled input and which the pooled output:
