@@ -89,7 +89,7 @@ def _cell(text) -> str:
 def render() -> str:
     from opscan.knowledge.silent_bugs import load_bugs
 
-    bugs = load_bugs()[1]
+    bugs = load_bugs()
     triage = yaml.safe_load(TRIAGE.read_text(encoding="utf-8"))["records"]
     lines = [HEAD.replace("{entries}", str(len(bugs))).rstrip("\n")]
     for b in bugs:

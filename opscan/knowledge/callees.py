@@ -15,8 +15,9 @@ composite_callees.txt (every op a release's kernel can call, any branch, read fr
 question, how a release's kernels differ from the installed torch's, for the MPS view (predict/release_paths.py):
 its static sets list the sparse and quantized branches too, so they never judge a composite.
 
-A path holds the ops it reaches (`Path.calls`); PATHS and SPARSE give the schema's argument names their
-conditions read (`Callees.args`). None: the source knows nothing of `op` in kb's release. No torch import.
+A path holds the ops it reaches (`Path.calls`) and, for PATHS, the condition over the op's arguments (their
+schema names, bound by predict/bind.py) under which it runs. None: the source knows nothing of `op` in kb's
+release. No torch import.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ class Callees:
     how: str
     paths: tuple[Path, ...]  # the alternatives: each the ops it always reaches
     source: str
-    args: tuple[str, ...] = ()  # the argument names the paths' conditions read (PATHS, SPARSE)
     labels: tuple[str, ...] = ()  # SAMPLES: the sample that showed each path ("softmax#0")
     release: str = ""  # SAMPLES: the torch release they were recorded on
     condition: str = ""  # DEVICE_BRANCH: when the kernel takes the MPS branch
@@ -66,14 +66,12 @@ def _device_branch(op: OpKey, kb) -> Callees | None:
 
 def _paths(op: OpKey, kb) -> Callees | None:
     entry = paths_for(op.yaml_name, kb.release) if op.namespace == "aten" else None
-    return None if entry is None else Callees(PATHS, entry.paths, "composite_paths.yaml: " + entry.source,
-                                              entry.args)
+    return None if entry is None else Callees(PATHS, entry.paths, "composite_paths.yaml: " + entry.source)
 
 
 def _sparse(op: OpKey, kb) -> Callees | None:
     entry = sparse_paths_for(op.yaml_name, kb.release) if op.namespace == "aten" else None
-    return None if entry is None else Callees(SPARSE, entry.paths, "composite_paths.yaml: " + entry.source,
-                                              entry.args)
+    return None if entry is None else Callees(SPARSE, entry.paths, "composite_paths.yaml: " + entry.source)
 
 
 def _samples(op: OpKey, kb) -> Callees | None:

@@ -98,12 +98,11 @@ def _by_paths(c, found: Callees, judge: Judge, judge_sparse) -> Classification |
 
 
 def _taken(found: Callees, c):
-    """The path whose condition the call's recorded arguments meet, or None (no arguments, or undecided)."""
-    values = getattr(c.args, "values", None)
-    if values is None:
+    """The path whose condition the call's arguments (predict/bind.py) meet, or None (none recorded, or
+    undecided)."""
+    if c.args is None:
         return None
-    names = dict(zip(found.args, values))  # trailing defaults the call left out stay unbound (undecided)
-    met = [p for p in found.paths if p.code is not None and evaluate_when(p, names, c.kb.macos) is True]
+    met = [p for p in found.paths if p.code is not None and evaluate_when(p, c.args, c.kb.macos) is True]
     return met[0] if len(met) == 1 else None
 
 

@@ -170,7 +170,7 @@ def silent_listing(named) -> tuple[dict, ...]:
     from opscan.knowledge.silent_bugs import load_bugs
 
     out = []
-    for bug in load_bugs()[1]:
+    for bug in load_bugs():
         ops = [op for op in bug.ops if named(OpKey.from_yaml(op))]
         if ops:
             out.append({"id": bug.id, "rule": bug.rule, "title": bug.title, "ops": ops, "issues": list(bug.issues),

@@ -46,7 +46,7 @@ from opscan.predict.dtype_rules import CHECK_ON_MAC, complex_support, expected_f
 from opscan.predict.dtype_rules import result as _result
 from opscan.predict.composite import judge_call, judge_op
 from opscan.predict.sparse import predict_sparse
-from opscan.predict.runtime_checks import CallArgs, kernel_check, kernel_fallback, size_check, with_limits
+from opscan.predict.runtime_checks import kernel_check, kernel_fallback, size_check, with_limits
 from opscan.knowledge import Knowledge
 from opscan.knowledge.facts import TorchvisionOp
 from opscan.opkey import OpKey, Release
@@ -70,7 +70,7 @@ class _Call:
     callees: TracedCallees | None
     args_note: dict | None
     cpu_op: OpKey | None = None  # the op the CPU trace showed, when the MPS view runs another
-    args: CallArgs | None = None  # the call's arguments, for the kernels' runtime checks
+    args: dict | None = None  # the call's arguments by name (predict/bind.py), for the conditions
     registration: object = None  # trace.registrations.Registration of a custom op the target registered itself
 
     @property
@@ -264,7 +264,7 @@ def predict_op(
     callees: TracedCallees | None = None,
     args_note: dict | None = None,
     cpu_op: OpKey | None = None,
-    args: CallArgs | None = None,
+    args: dict | None = None,
     registration=None,
 ) -> Classification:
     """Predict what `op` does on MPS for inputs of `dtypes` ("float32", ...) in `kb.release`.
@@ -273,7 +273,7 @@ def predict_op(
     not known (a composite then gets `unknown`, never `native`). `args_note`: sizes some kernel
     checks need, keys documented in predict.runtime_checks (build it with `note_from_shapes`).
     `cpu_op`: the op the CPU trace showed where the MPS view runs another (its OpInfo expectations count).
-    `args`: the call's arguments (predict.runtime_checks.call_args), read by the kernels' runtime checks; a
+    `args`: the call's arguments by name (predict/bind.py), read by the kernels' runtime checks; a
     row native from the yaml names the checks of its kernel that the prediction does not decide.
     `registration`: a custom op the target registered itself (trace/registrations.py): its dispatch keys decide.
     """
