@@ -101,11 +101,12 @@ def limits_of(op: OpKey, kb: Knowledge) -> tuple[dict, ...]:
     """The runtime checks of op's MPS kernel in kb's release: message, kind, where, encoded (rule id or None)."""
     if kb.limits is None or op.namespace != "aten":
         return ()
+    own = {c.id: r.id for r, c in kb.limits.rules_for(op.yaml_name)}  # the rule that encodes it for this op
     encoded = {c.id: r.id for r, c in kb.limits.encoded}
     checks = list(kb.limits.by_op.get(op.yaml_name, ()))
     checks += [c for r, c in kb.limits.rules_for(op.yaml_name) if c not in checks]
     return tuple({"id": c.id, "message": c.message.strip(), "kind": c.kind, "where": c.where,
-                  "encoded": encoded.get(c.id)} for c in checks)
+                  "encoded": own.get(c.id, encoded.get(c.id))} for c in checks)
 
 
 def _statuses(kb: Knowledge) -> dict[OpKey, Classification]:
