@@ -56,3 +56,96 @@ def test_the_files_readers_say_the_file_and_the_field(tmp_path):
     (tmp_path / "z.yaml").write_text("models:\n  m: {target: 'x.py:f', when: 2021-13-01}\n")
     with pytest.raises(UsageError, match=r"the manifest .*z\.yaml is not valid YAML \(models\.m\.when"):
         read_yaml(tmp_path / "z.yaml", "the manifest", "fix")
+
+
+# --- writing: O_EXCL|O_NOFOLLOW temporaries, no link below -o followed, removal never through a link ----------
+
+
+def _planted(folder, outside, names):
+    """Symbolic links at `names` in `folder`, each to its own file outside (which must stay as it is)."""
+    for name in names:
+        (outside / name).write_text("victim")
+        (folder / name).symlink_to(outside / name)
+
+
+def test_high_1_planted_temporary_names_are_never_opened(tmp_path):
+    import os
+
+    from opscan.cli.files import prepare_folder, write_whole
+    from opscan.target.run import RunContext
+
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    out.mkdir(), outside.mkdir()
+    pid = os.getpid()  # the names main's writer would use: .NAME.PID.opscan-tmp, .opscan-write-test.PID
+    _planted(out, outside, [f".report.json.{pid}.opscan-tmp", f".report.yaml.{pid}.opscan-tmp",
+                            f".opscan-write-test.{pid}"])
+    ctx = RunContext()
+    prepare_folder(ctx, out)
+    write_whole(ctx, {out / "report.json": "{}\n", out / "report.yaml": "a: 1\n"}, root=out)
+    assert {p.name: p.read_text() for p in outside.iterdir()} == {n: "victim" for n in os.listdir(outside)}
+    assert (out / "report.json").read_text() == "{}\n" and not (out / "report.json").is_symlink()
+    assert sorted(p.name for p in out.iterdir() if not p.is_symlink()) == ["report.json", "report.yaml"]
+
+
+def test_high_1_a_link_at_the_final_name_is_replaced_not_written_through(tmp_path):
+    from opscan.cli.files import write_whole
+    from opscan.target.run import RunContext
+
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    out.mkdir(), outside.mkdir()
+    _planted(out, outside, ["report.json"])
+    write_whole(RunContext(), {out / "report.json": "{}\n"}, root=out)
+    assert (outside / "report.json").read_text() == "victim" and (out / "report.json").read_text() == "{}\n"
+
+
+def test_high_2_a_linked_folder_below_the_output_folder_is_refused(tmp_path):
+    from opscan.cli.files import write_under
+    from opscan.errors import OutputError
+    from opscan.target.run import RunContext
+
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    out.mkdir(), outside.mkdir()
+    (out / "repro").symlink_to(outside)
+    with pytest.raises(OutputError, match=r"repro is a symbolic link: opscan never writes .* through a link"):
+        write_under(RunContext(), out, {"repro/aten_take/ISSUE.md": "x", "report.json": "{}"})
+    assert list(outside.iterdir()) == [] and not (out / "report.json").exists()  # nothing, anywhere
+
+
+def test_high_2_stale_repro_files_are_never_removed_through_a_link(tmp_path):
+    from opscan.cli.files import remove_stale, stale_repro
+
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    (outside / "aten_take").mkdir(parents=True)
+    (outside / "aten_take" / "ISSUE.md").write_text("someone else's")
+    (out / "repro").mkdir(parents=True)
+    (out / "repro" / "aten_take").symlink_to(outside / "aten_take")  # a linked op folder
+    assert stale_repro(out, set()) == []
+    (out / "repro" / "aten_take").unlink()
+    (out / "repro" / "aten_take").mkdir()
+    (out / "repro" / "aten_take" / "ISSUE.md").write_text("ours")
+    stale = stale_repro(out, set())
+    (out / "repro" / "aten_take" / "ISSUE.md").unlink()  # swapped for a link between the listing and the removal
+    (out / "repro" / "aten_take").rmdir()
+    (out / "repro" / "aten_take").symlink_to(outside / "aten_take")
+    remove_stale(stale, out / "repro")
+    assert (outside / "aten_take" / "ISSUE.md").read_text() == "someone else's"
+    (out / "repro").rename(tmp_path / "old")
+    (out / "repro").symlink_to(outside)  # a linked repro/: nothing in it is ours
+    assert stale_repro(out, set()) == []
+
+
+def test_high_1_journals_are_never_opened_through_a_link(tmp_path):
+    from opscan.probe.journal import Journal, JournalError
+
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    out.mkdir(), outside.mkdir()
+    _planted(out, outside, ["probes.jsonl"])
+    Journal(out / "probes.jsonl", "fp", "cpu", 1, resume=False)._file.close()  # fresh: the link is replaced
+    assert (outside / "probes.jsonl").read_text() == "victim" and not (out / "probes.jsonl").is_symlink()
+    victim = '{"kind":"header","journal":1,"fingerprint":"fp","device":"cpu","probes":1}\n{"kind":"environment"'
+    (out / "probes.jsonl").unlink()
+    (outside / "probes.jsonl").write_text(victim)  # reads as a journal with a torn last line
+    (out / "probes.jsonl").symlink_to(outside / "probes.jsonl")
+    with pytest.raises(JournalError, match=r"cannot write the journal .*probes.jsonl: .*link"):
+        Journal(out / "probes.jsonl", "fp", "cpu", 1, resume=True)  # resumed: never truncated or appended through it
+    assert (outside / "probes.jsonl").read_text() == victim

@@ -150,7 +150,8 @@ def _write_package(ctx: RunContext, result, out_dir: Path, log_text: str, cwd: s
     from opscan.accept.provenance import environment
 
     files = build_package(result, environment(result.options), log_text, cwd)
-    write_whole(ctx, {out_dir / relative: content for relative, content in files.items()}, (out_dir / "rerun.sh",))
+    write_whole(ctx, {out_dir / relative: content for relative, content in files.items()}, (out_dir / "rerun.sh",),
+                root=out_dir)
 
 
 def _configure_logging(quiet: int) -> io.StringIO:

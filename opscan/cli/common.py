@@ -211,7 +211,7 @@ def write_reports(ctx: RunContext, report, out_dir: Path, real_outputs: dict | N
         rendered = render_files(report.to_dict(), device=device, real_outputs=real_outputs, keep_paths=keep_paths)
         repro = {inside(out_dir, rel): text for rel, text in rendered.items()}
     stale = stale_repro(out_dir, set(repro))
-    write_whole(ctx, {**files, **repro}, tuple(p for p in repro if p.suffix == ".py"))
+    write_whole(ctx, {**files, **repro}, tuple(p for p in repro if p.suffix == ".py"), root=out_dir)
     remove_stale(stale, out_dir / "repro")
     for name in CALLS_NAMES if graphs else ():  # an earlier run's graph.graphml(.gz) of the other kind
         if name not in graphs:

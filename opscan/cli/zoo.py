@@ -20,7 +20,7 @@ from pathlib import Path
 
 from opscan.cli.command import Command
 from opscan.cli.common import emit
-from opscan.cli.files import prepare_folder, write_whole
+from opscan.cli.files import output_error, prepare_folder, write_whole
 from opscan.cli.options import Parser, count, seconds
 from opscan.errors import ExitCode, UsageError
 from opscan.target.run import RunContext
@@ -180,7 +180,7 @@ def _write(ctx: RunContext, board, out_dir: Path) -> None:
     from opscan.zoo.outputs import render_csv, render_json
 
     texts = (render_json(board), render_csv(board), render_html(board))
-    write_whole(ctx, {out_dir / name: text for name, text in zip(OUTPUTS, texts)})
+    write_whole(ctx, {out_dir / name: text for name, text in zip(OUTPUTS, texts)}, root=out_dir)
     counts = board.counts()
     log.warning("wrote %s (and .csv, .html): %d models, %d could not be scanned; %d cells, %d predicted, "
                 "%d measured", out_dir / OUTPUTS[0], counts["models"], counts["errors"], counts["cells"],
@@ -203,7 +203,12 @@ class _Journal:
     def __enter__(self):
         from opscan.zoo.journal import line
 
-        self.file = open(self.path, "ab")
+        from opscan.trust.output import open_append
+
+        try:  # never through a link planted at the journal's name (opscan/trust/output.py)
+            self.file = os.fdopen(open_append(self.path, fresh=False), "ab")
+        except OSError as exc:
+            raise output_error(exc, self.path) from None
         self.file.truncate(self.valid)  # drop a torn last line
         if self.valid == 0:
             self.write(line(self.header))
