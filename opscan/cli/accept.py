@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", action="append", default=[], metavar="SHAPE:DTYPE[:LOW-HIGH]",
                    help="random input tensor, repeatable (replaces the target's inputs)")
     p.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE", help="factory keyword argument")
+    p.add_argument("--public-arg", action="append", default=[], metavar="KEY",
+                   help="record this --arg's value in the package (by default its name only; rerun.sh then reads "
+                        "the value from OPSCAN_ARG_KEY)")
     env_flag(p, "--device", env="OPSCAN_DEVICE", default="mps",
              help="the target device: mps (default), cuda, cpu (env OPSCAN_DEVICE)")
     p.add_argument("--reference", default="cpu", help="the reference device (default cpu; runs float32)")
@@ -105,7 +108,7 @@ def _options(args: argparse.Namespace):
     """AcceptOptions from the flags; every malformed value is a one-line UsageError."""
     from opscan.accept.engine import AcceptOptions
     from opscan.accept.spec import AcceptSpec, load_spec
-    from opscan.target.inputs import parse_arg, parse_input
+    from opscan.target.inputs import parse_arg, parse_input, public_name
 
     for text in args.input:
         parse_input(text)
@@ -117,7 +120,8 @@ def _options(args: argparse.Namespace):
         spec = replace(spec, **overrides)
     return AcceptOptions(args.target, dict(parse_arg(a) for a in args.arg), tuple(args.input), args.device,
                          args.reference, args.dtype, spec, args.allow_tf32, _perturb(args.perturb),
-                         args.fail_on_lane, args.report)
+                         args.fail_on_lane, args.report,
+                         tuple(dict.fromkeys(public_name(a) for a in args.public_arg)))
 
 
 def _perturb(text: str | None) -> tuple[str, float] | None:
