@@ -8,7 +8,6 @@ torch.load(..., weights_only=True)), verdict.json, RERUN.md and rerun.sh.
 
 from __future__ import annotations
 
-import json
 import shlex
 from typing import Any
 
@@ -16,6 +15,7 @@ import yaml
 
 from opscan.accept.render import comparison_markdown, kind_rows
 from opscan.target.inputs import REDACTED, arg_words
+from opscan.trust.text import strict_json
 
 CHECKPOINT = "checkpoint/checkpoint.pt"
 
@@ -141,4 +141,4 @@ def _finite(row: dict) -> dict:
 
 
 def _json(data: Any) -> str:
-    return json.dumps(data, indent=2, default=str) + "\n"
+    return strict_json(data, indent=2, default=str) + "\n"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import logging
 import math
 import sys
@@ -23,6 +22,7 @@ from opscan.cli.options import DEFAULT_STEP_TIMEOUT, Parser, count, env_flag, se
 from opscan.errors import UsageError
 from opscan.target.run import RunContext
 from opscan.trust.names import safe_name
+from opscan.trust.text import strict_json
 
 log = logging.getLogger("opscan")
 
@@ -145,7 +145,7 @@ def _render(result, fmt: str) -> str:
     if fmt == "json":
         data = {"verdict": verdict_data(result), "comparison": comparison_data(result)}
         data["comparison"].pop("comparisons")
-        return json.dumps(data, indent=2, default=str) + "\n"
+        return strict_json(data, indent=2, default=str) + "\n"
     return console(result)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import json
 import logging
 import os
 import sys
@@ -25,6 +24,7 @@ from opscan.cli.options import Parser, count, seconds
 from opscan.errors import ExitCode, UsageError
 from opscan.target.run import RunContext
 from opscan.trust.names import safe_name
+from opscan.trust.text import strict_json
 
 log = logging.getLogger("opscan")
 DEFAULT_TIMEOUT = 900.0
@@ -76,7 +76,7 @@ def _diff(args, ctx: RunContext) -> int:
 
     old, new = _board(Path(args.old)), _board(Path(args.new))
     found = diff(old, new)
-    text = printable(render_diff(found)) if args.format == "text" else json.dumps(found.to_dict(), indent=1) + "\n"
+    text = printable(render_diff(found)) if args.format == "text" else strict_json(found.to_dict(), indent=1) + "\n"
     emit(ctx, text)  # the leaderboards are files from elsewhere: their names print with escapes, never raw
     return ExitCode.FINDINGS if found.changes else ExitCode.OK
 

@@ -120,7 +120,8 @@ def sarif_text(text: object) -> str:
 
 def github_data(text: object) -> str:
     """`text` as a GitHub workflow command's message: it cannot end the command early or start another."""
-    return printable(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    text = text if isinstance(text, str) else str(text)
+    return printable(text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
 
 
 def github_property(text: object) -> str:

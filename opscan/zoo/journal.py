@@ -14,13 +14,13 @@ through the one reader's limits (opscan/trust/read.py). This module only reads; 
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from opscan.errors import UsageError
 from opscan.trust.read import Malformed, json_value, read_bytes
+from opscan.trust.text import strict_json
 
 log = logging.getLogger("opscan")
 
@@ -33,7 +33,7 @@ def header(title: str, releases: tuple[str, ...]) -> dict[str, Any]:
 
 
 def line(record: dict[str, Any]) -> str:
-    return json.dumps(record, sort_keys=True) + "\n"
+    return strict_json(record, sort_keys=True) + "\n"
 
 
 def model_line(key: str, result: dict[str, Any]) -> str:
