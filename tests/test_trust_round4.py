@@ -149,3 +149,112 @@ def test_high_1_journals_are_never_opened_through_a_link(tmp_path):
     with pytest.raises(JournalError, match=r"cannot write the journal .*probes.jsonl: .*link"):
         Journal(out / "probes.jsonl", "fp", "cpu", 1, resume=True)  # resumed: never truncated or appended through it
     assert (outside / "probes.jsonl").read_text() == victim
+
+
+# --- redaction, names ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, redacted", [
+    ("--data=/Users/alice/x.pt", "--data=~/x.pt"), ("file:///Users/alice/m.py", "file:~/m.py"),
+    ("//Users/alice/m.py", "~/m.py"), ("/Users//alice/m.py", "~/m.py"), ("/Users/./alice/m.py", "~/m.py"),
+    ("/users/alice/m.py", "~/m.py"), ("/System/Volumes/Data/Users/alice/m.py", "/System/Volumes/Data~/m.py"),
+    ("C:\\Users\\alice\\m.py", "C:~\\m.py"), ("%2FUsers%2Falice%2Fm.py", "~%2Fm.py"), ("token=/home/bob/k", "token=~/k"),
+    ("~alice/m.py", "~/m.py"), ("at /Users/runner/work/x.mm:14", "at /Users/runner/work/x.mm:14"),
+])
+def test_a_mac_users_name_is_redacted_in_every_form(text, redacted):
+    from opscan.repro.redact import Redaction
+
+    assert Redaction(project=None, home="/nonexistent-home").text(text) == redacted
+
+
+def test_a_name_under_the_character_cap_but_over_255_bytes_is_bounded():
+    from opscan.trust.names import MAX_BYTES, safe_name
+
+    wide = "\U0001d400" * 90  # MATHEMATICAL BOLD CAPITAL A: a letter, four bytes in UTF-8
+    name = safe_name(wide)
+    assert len(name.encode("utf-8")) <= MAX_BYTES < 255 - len(".zip") and name != safe_name(wide + "x")
+    assert safe_name("ü" * 90) == "ü" * 90  # 180 bytes: fits as it is
+
+
+# --- supports() ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, kwargs, says", [
+    (("aten::add.Tensor", ["flaot32"]), {}, "'flaot32' is not a torch dtype — did you mean float32?"),
+    (("aten::add.Tensor", "half"), {}, "'half' is not a torch dtype — torch calls it float16"),
+    (("aten::add.Tensor", [3]), {}, "dtype 3 is of type int, not a dtype name"),
+    (("aten::add.Tensor", 3), {}, "dtypes=3 is of type int"),
+    ((5,), {}, "op=5 is of type int, not an operator"),
+    (("aten::take",), {"release": 2.14}, "release=2.14 is of type float, not text"),
+    (("aten::take",), {"macos": 15}, "macos=15 is of type int, not text"),
+])
+def test_supports_refuses_what_is_not_a_dtype_op_or_release_with_the_librarys_error(args, kwargs, says):
+    import opscan
+
+    with pytest.raises(UsageError) as caught:
+        opscan.supports(*args, **kwargs)
+    assert says in str(caught.value)
+
+
+def test_supports_takes_torch_dtypes_too():
+    import torch
+
+    import opscan
+
+    assert opscan.supports("aten::add.Tensor", [torch.float16, "float16"], release="2.14.1").dtypes == \
+        ("float16", "float16")
+
+
+# --- analyze()'s isolation -------------------------------------------------------------------------------------
+
+
+def test_a_forward_hook_writing_into_a_dict_the_model_holds_is_an_isolation_error():
+    import torch
+    from torch import nn
+
+    import opscan
+    from opscan.api.isolation import IsolationError
+
+    model = nn.Linear(4, 2)
+    model.seen = {}
+    seen = model.seen  # the caller's dict: the copy's hook still holds it
+
+    def hook(module, args, out):
+        seen["last"] = out.detach()
+
+    model.register_forward_hook(hook)
+    with pytest.raises(IsolationError, match=r"the scan changed your objects: model\.seen"):
+        opscan.analyze(model, torch.randn(3, 4), memory=False, fx=False)
+
+
+class _Stubborn:
+    """A module whose deepcopy gives back itself."""
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def test_a_deepcopy_that_returns_self_is_refused_before_the_weights_are_stepped():
+    import torch
+    from torch import nn
+
+    import opscan
+    from opscan.api.isolation import IsolationError
+
+    class Net(_Stubborn, nn.Linear):
+        pass
+
+    model = Net(4, 2)
+    before = model.weight.detach().clone()
+    with pytest.raises(IsolationError, match=r"copying your objects gave back your own: the model.*nothing was run"):
+        opscan.analyze(model, torch.randn(3, 4), memory=False, fx=False)
+    assert torch.equal(model.weight, before) and model.weight.grad is None  # never stepped, never backwarded
+
+    class Inner(_Stubborn, nn.Linear):
+        pass
+
+    outer = nn.Sequential(Inner(4, 4), nn.Linear(4, 2))
+    before = outer[0].weight.detach().clone()
+    with pytest.raises(IsolationError, match=r"gave back your own: \.0\.weight, \.0\.bias"):
+        opscan.analyze(outer, torch.randn(3, 4), memory=False, fx=False)
+    assert torch.equal(outer[0].weight, before)

@@ -102,8 +102,8 @@ def dtype_names(dtypes: Any) -> tuple[str, ...]:
     try:
         items = tuple(items)
     except TypeError:
-        raise UsageError(f"dtypes={dtypes!r:.80} is of type {type(dtypes).__name__} — pass a dtype name ('float32') or a "
-                         "list of them") from None
+        raise UsageError(f"dtypes={dtypes!r:.80} is of type {type(dtypes).__name__} — pass a dtype name "
+                         "('float32') or a list of them") from None
     return tuple(_dtype_name(item) for item in items)
 
 
