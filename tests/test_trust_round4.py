@@ -6,6 +6,7 @@ the issue's item it proves; the same promises through `python -m opscan` are tes
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
@@ -258,3 +259,89 @@ def test_a_deepcopy_that_returns_self_is_refused_before_the_weights_are_stepped(
     with pytest.raises(IsolationError, match=r"gave back your own: \.0\.weight, \.0\.bias"):
         opscan.analyze(outer, torch.randn(3, 4), memory=False, fx=False)
     assert torch.equal(outer[0].weight, before)
+
+
+# --- the zoo ---------------------------------------------------------------------------------------------------
+
+
+def test_an_import_error_inside_a_family_is_reported_as_itself_not_as_a_missing_library(monkeypatch):
+    from opscan.zoo import families
+
+    def broken():
+        raise ImportError("cannot import name '_C' from partially initialized module 'torchvision'",
+                          name="torchvision")
+
+    monkeypatch.setattr(families, "torchvision_models", broken)
+    with pytest.raises(UsageError) as caught:
+        families.family("torchvision")
+    said = str(caught.value)
+    assert "is installed but importing it failed (ImportError: cannot import name '_C'" in said, said
+    assert "needs torchvision installed" not in said
+    monkeypatch.setattr(families, "installed", lambda library: False)  # really missing: the old line stands
+    with pytest.raises(UsageError, match=r"the torchvision family needs torchvision installed \(pip install"):
+        families.family("torchvision")
+
+
+def test_a_damaged_zoo_journal_line_is_exit_2_naming_it(tmp_path):
+    from opscan.zoo import journal
+
+    path = tmp_path / journal.JOURNAL_NAME
+    header = journal.line(journal.header("zoo", ("2.14.1",)))
+    for line, why in (('{"kind": "model", "result": {}}', "a model line without its key"),
+                      ('{"kind": "mode1", "key": "m"}', "an unknown kind of record ('mode1')"),
+                      ("[1, 2]", "a JSON list, not a record")):
+        path.write_text(header + line + "\n")
+        with pytest.raises(UsageError, match=rf"zoo journal .*zoo\.jsonl, line 2: {re.escape(why)} — delete that line"):
+            journal.read(path, ("2.14.1",))
+
+
+# --- ISSUE.md: Markdown and HTML from a report or a Mac stay inert ------------------------------------------------
+
+
+HOSTILE_MD = {"html": "<img src=x onerror=alert(1)>", "link": "[click](https://evil.example)", "mention": "@pytorch/x",
+              "heading": "\n# fake heading", "table": "a | b", "fence": "```"}
+
+
+@pytest.fixture(scope="module")
+def scanned_take(tmp_path_factory):
+    """A predicted scan of the take pair with --repro: its report.json, as a dict."""
+    from conftest import TARGETS
+    from opscan.cli import main
+
+    out = tmp_path_factory.mktemp("take") / "out"
+    assert main([f"{TARGETS / 'baseline_pair.py'}:build_model", "--arg", "take=True", "--repro", "-o", str(out),
+                 "--no-memory", "--no-fx", "-q"]) == 0
+    return json.loads((out / "report.json").read_text())
+
+
+def _outside_code(markdown: str) -> str:
+    """The Markdown with its fenced blocks and code spans taken out: what GitHub renders as Markdown and HTML."""
+    without_fences = re.sub(r"(?ms)^(`{3,})[^\n]*\n.*?^\1\s*$", "", markdown)
+    return re.sub(r"`[^`\n]*`", "", without_fences)
+
+
+def test_markdown_and_html_from_a_report_and_a_mac_stay_out_of_issue_md(scanned_take):
+    import copy
+
+    from opscan.repro import render_files
+
+    report = copy.deepcopy(scanned_take)
+    evil = " ".join(HOSTILE_MD.values())
+    finding = next(f for f in report["repro"]["findings"] if f["op"] == "aten::take")
+    finding["dtypes"] = [evil, "int64"]
+    finding["shapes"] = [[evil]]
+    report["environment"]["torch"] = evil
+    report["repro"]["measured_on"] = evil
+    probe = finding["calls"][0]["probe"]["id"]
+    real = {probe: {"device": evil, "exit_code": evil, "output": "ran",
+                    "environment": {"macos": evil, "chip": evil, "fallback_env": evil}}}
+    issue = render_files(report, real_outputs=real)["repro/aten_take/ISSUE.md"]
+    title = issue.splitlines()[2]
+    assert title.startswith("# [") and "<" not in _outside_code(title)
+    rendered = _outside_code(issue)
+    for name, text in HOSTILE_MD.items():
+        assert text.strip() not in rendered, (name, rendered)
+    assert not re.search(r"(?m)^# fake heading", rendered) and "<img" not in rendered
+    snippet = issue.split("````python\n", 1)[1].split("````", 1)[0]  # the device a maintainer's paste runs on
+    assert 'else "<img src=x onerror=alert(1)> [click](https://evil.example) @pytorch/x \\n# fake' in snippet
+    compile(snippet, "repro.py", "exec")  # still Python: the device is a string literal, never code
