@@ -159,8 +159,9 @@ def test_high_1_journals_are_never_opened_through_a_link(tmp_path):
     ("--data=/Users/alice/x.pt", "--data=~/x.pt"), ("file:///Users/alice/m.py", "file:~/m.py"),
     ("//Users/alice/m.py", "~/m.py"), ("/Users//alice/m.py", "~/m.py"), ("/Users/./alice/m.py", "~/m.py"),
     ("/users/alice/m.py", "~/m.py"), ("/System/Volumes/Data/Users/alice/m.py", "/System/Volumes/Data~/m.py"),
-    ("C:\\Users\\alice\\m.py", "C:~\\m.py"), ("%2FUsers%2Falice%2Fm.py", "~%2Fm.py"), ("token=/home/bob/k", "token=~/k"),
-    ("~alice/m.py", "~/m.py"), ("at /Users/runner/work/x.mm:14", "at /Users/runner/work/x.mm:14"),
+    ("C:\\Users\\alice\\m.py", "C:~\\m.py"), ("%2FUsers%2Falice%2Fm.py", "~%2Fm.py"),
+    ("token=/home/bob/k", "token=~/k"), ("~alice/m.py", "~/m.py"),
+    ("at /Users/runner/work/x.mm:14", "at /Users/runner/work/x.mm:14"),
 ])
 def test_a_mac_users_name_is_redacted_in_every_form(text, redacted):
     from opscan.repro.redact import Redaction
