@@ -91,7 +91,6 @@ def _report(texts: list[str]):
 @given(st.lists(TEXT, min_size=4, max_size=12))
 def test_every_format_keeps_its_shape_whatever_the_text(texts):
     from opscan.render import FORMATS
-    from opscan.trust.text import printable
 
     report = _report(texts)
     table = FORMATS["table"](report, verbose=True, tree=True, width=100)
@@ -106,7 +105,6 @@ def test_every_format_keeps_its_shape_whatever_the_text(texts):
     assert len(lines) == len(report.findings)  # one command each: nothing started another
     page = FORMATS["html"](report)
     assert no_command_lines(page) and page.count("<script") == FORMATS["html"](_report(["x"])).count("<script")
-    assert not CONTROL.search(printable(texts[0], newlines=False).replace("\\", ""))
 
 
 # --- the reader: arbitrary JSON and YAML ---------------------------------------------------------------------
