@@ -677,12 +677,12 @@ def test_r4_module_names_and_target_paths_cannot_forge_workflow_commands(ran, na
 
 
 def test_r4_a_model_name_over_255_bytes_gets_its_default_folder(ran):
-    from opscan.trust.names import MAX_BYTES
+    from opscan.trust.names import NAME_BYTES
 
     run, folder = ran["r4_wide_name"]
     check(run, 0, folders=[folder / "reports"])
     (made,) = (folder / "reports").iterdir()
-    assert len(made.name.encode()) <= MAX_BYTES and (made / "report.json").is_file()
+    assert len(made.name.encode()) <= NAME_BYTES and (made / "report.json").is_file()
 
 
 def test_r4_sarif_uris_stay_in_the_repository_through_a_linked_model_folder(ran):

@@ -170,11 +170,11 @@ def test_a_mac_users_name_is_redacted_in_every_form(text, redacted):
 
 
 def test_a_name_under_the_character_cap_but_over_255_bytes_is_bounded():
-    from opscan.trust.names import MAX_BYTES, safe_name
+    from opscan.trust.names import NAME_BYTES, safe_name
 
     wide = "\U0001d400" * 90  # MATHEMATICAL BOLD CAPITAL A: a letter, four bytes in UTF-8
     name = safe_name(wide)
-    assert len(name.encode("utf-8")) <= MAX_BYTES < 255 - len(".zip") and name != safe_name(wide + "x")
+    assert len(name.encode("utf-8")) <= NAME_BYTES < 255 - len(".zip") and name != safe_name(wide + "x")
     assert safe_name("ü" * 90) == "ü" * 90  # 180 bytes: fits as it is
 
 

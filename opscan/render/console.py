@@ -287,7 +287,7 @@ def _memory(report: Report) -> str:
 
 def _device_code(report: Report) -> str:
     """The user's code that picks a device (render/device_code.py), escaped."""
-    return escape("\n".join(device_code_lines(report)))
+    return escaped_lines(device_code_lines(report))
 
 
 def _lane(report: Report) -> str:

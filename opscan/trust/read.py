@@ -22,6 +22,7 @@ limits and raises Malformed, for the journal's own one-line message.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -234,35 +235,30 @@ class _Unbuildable(Exception):  # noqa: N818 - internal: carries the node to yam
                 f"({printable(str(self.exc)[:100], newlines=False)})")
 
 
+@functools.lru_cache(maxsize=1)
 def _yaml_loader():
     """yaml.SafeLoader (its C twin when present) whose value errors name their node, and whose ints and floats are
-    at most as long as Python converts (a sexagesimal `1:2:3:...` of megabytes would take hours)."""
-    global _LOADER
-    if _LOADER is None:
-        import yaml
+    at most as long as Python converts (a sexagesimal `1:2:3:...` of megabytes would take hours); made once."""
+    import yaml
 
-        class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-            def construct_object(self, node, deep=False):
-                try:
-                    return super().construct_object(node, deep)
-                except (ValueError, OverflowError, TypeError, ArithmeticError) as exc:
-                    raise _Unbuildable(node, exc) from None
+    class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        def construct_object(self, node, deep=False):
+            try:
+                return super().construct_object(node, deep)
+            except (ValueError, OverflowError, TypeError, ArithmeticError) as exc:
+                raise _Unbuildable(node, exc) from None
 
-            def construct_yaml_int(self, node):
-                _short(node)
-                return super().construct_yaml_int(node)
+        def construct_yaml_int(self, node):
+            _short(node)
+            return super().construct_yaml_int(node)
 
-            def construct_yaml_float(self, node):
-                _short(node)
-                return super().construct_yaml_float(node)
+        def construct_yaml_float(self, node):
+            _short(node)
+            return super().construct_yaml_float(node)
 
-        Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
-        Loader.add_constructor("tag:yaml.org,2002:float", Loader.construct_yaml_float)
-        _LOADER = Loader
-    return _LOADER
-
-
-_LOADER = None
+    Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
+    Loader.add_constructor("tag:yaml.org,2002:float", Loader.construct_yaml_float)
+    return Loader
 
 
 def _short(node) -> None:
