@@ -346,3 +346,14 @@ def test_markdown_and_html_from_a_report_and_a_mac_stay_out_of_issue_md(scanned_
     snippet = issue.split("````python\n", 1)[1].split("````", 1)[0]  # the device a maintainer's paste runs on
     assert 'else "<img src=x onerror=alert(1)> [click](https://evil.example) @pytorch/x \\n# fake' in snippet
     compile(snippet, "repro.py", "exec")  # still Python: the device is a string literal, never code
+
+
+def test_a_macs_repro_line_with_a_null_output_or_a_listed_collect_env_still_renders(scanned_take):
+    from opscan.repro import render_files
+
+    finding = next(f for f in scanned_take["repro"]["findings"] if f["op"] == "aten::take")
+    probe = finding["calls"][0]["probe"]["id"]
+    real = {probe: {"device": "mps", "exit_code": 1, "output": None,  # null: what results' SHAPES allow
+                    "environment": {"collect_env": ["PyTorch version: 2.14.1"], "macos": 15}}}
+    issue = render_files(scanned_take, real_outputs=real)["repro/aten_take/ISSUE.md"]
+    assert "Output on mps (exit code 1):" in issue and "['PyTorch version: 2.14.1']" in issue and "`15`" in issue

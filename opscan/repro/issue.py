@@ -59,7 +59,9 @@ WHAT = {  # verdict: (title words, what happens, expected behaviour)
 
 
 def fenced(text: str, lang: str = "") -> str:
-    """A Markdown code block that `text` cannot close: the fence is longer than its longest backtick run."""
+    """A Markdown code block that `text` cannot close: the fence is longer than its longest backtick run (a value
+    that is not text, from a report or a Mac, is shown as text; None as nothing)."""
+    text = "" if text is None else text if isinstance(text, str) else str(text)
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}{lang}\n{text.rstrip()}\n{fence}\n"
