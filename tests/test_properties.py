@@ -18,7 +18,6 @@ import copy
 import io
 import itertools
 import json
-import os
 import re
 import tempfile
 import xml.etree.ElementTree as ET
@@ -303,4 +302,3 @@ def test_the_properties_are_bounded_and_reproducible():
         if name.startswith("test_") and hasattr(test, "hypothesis"):
             chosen = test._hypothesis_internal_use_settings
             assert chosen.derandomize and chosen.deadline is None and chosen.max_examples <= 150, name
-    assert os.environ.get("HYPOTHESIS_PROFILE") in (None, "default")
