@@ -24,6 +24,7 @@ class ScanOptions:
     target: str
     inputs: tuple[str, ...] = ()
     args: dict[str, Any] = field(default_factory=dict)
+    public_args: tuple[str, ...] = ()  # --public-arg: the --arg names whose values a recorded command line keeps
     inference: bool = False
     dtype: str | None = None
     fx: bool = True

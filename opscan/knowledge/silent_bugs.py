@@ -5,12 +5,15 @@ op's arguments (named by its schema: knowledge/signatures.txt, bound by predict/
 and the release that fixes it (or "open"), the macOS range and chip families it is limited to, the workaround, how
 its releases were established and its source. `load_bugs()` reads and validates the file (ValueError naming the
 entry on anything malformed); `bugs_for_release(release)` is the entries that affect a release, by op
-(Knowledge.silent). No torch import.
+(Knowledge.silent). Each entry also keeps the day it was reported and the day its fix merged
+(tools/silent/establish.py checks its releases against them; the recall measure in docs/silent-bugs.md splits the
+entries by the day). No torch import.
 """
 
 from __future__ import annotations
 
 import ast
+import datetime
 import functools
 import os
 from collections.abc import Mapping
@@ -37,7 +40,9 @@ class SilentBug:
     id: str
     title: str
     issues: tuple[int, ...]
+    reported: str  # the day it was first reported (or its regression test landed), YYYY-MM-DD
     fix_pr: int | None
+    fix_merged: str | None  # the day the fixing PR merged on main, YYYY-MM-DD (None: not known, or open)
     ops: tuple[str, ...]  # yaml spellings of MPS-view ops
     when: Mapping[str, str]  # op -> condition text
     code: Mapping[str, ast.Expression] = derived()  # op -> compiled condition
@@ -145,7 +150,11 @@ def _entry(raw) -> SilentBug:
             raise ValueError(f"{where}: {key} is empty")
     code = {op: compile_when(str(text)) for op, text in when.items()}
     _check_names(where, code, affected)
-    return SilentBug(str(raw["id"]), raw["title"], tuple(int(i) for i in raw["issues"]), raw["fix_pr"], ops,
+    reported, merged = _date(raw["reported"], where), _date(raw["fix_merged"], where)
+    if reported is None:
+        raise ValueError(f"{where}: reported is empty")
+    return SilentBug(str(raw["id"]), raw["title"], tuple(int(i) for i in raw["issues"]), reported, raw["fix_pr"],
+                     merged, ops,
                      MappingProxyType(dict(when)), MappingProxyType(code), kinds, affected, fixed,
                      _macos(raw["macos"], where), chip, raw["workaround"], raw["established"], raw["confidence"],
                      raw["source"])
@@ -161,6 +170,16 @@ def _check_names(where: str, code: Mapping[str, ast.Expression], affected: Relea
                 raise ValueError(f"{where}: op {op}: its condition reads "
                                  f"{sorted(names_read(compiled) - (names or frozenset()))}, which its schema in "
                                  f"torch {release} does not name (knowledge/signatures.txt)")
+
+
+def _date(value, where: str) -> str | None:
+    """A YYYY-MM-DD day as text (None stays None); ValueError naming the entry otherwise."""
+    if value is None:
+        return None
+    try:
+        return datetime.date.fromisoformat(str(value)).isoformat()
+    except ValueError:
+        raise ValueError(f"{where}: {value!r} is not a YYYY-MM-DD day") from None
 
 
 def _affected(where: str, pair, fixed: str | None) -> ReleaseRange:

@@ -14,7 +14,6 @@ kernel that became a composite may keep its status). No torch import.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from opscan.knowledge import Knowledge, load_knowledge
 from opscan.predict.rules import judge_composite
 from opscan.opkey import OpKey, macos_text
 from opscan.verdict import Classification, Evidence, Verdict
+from opscan.trust.text import strict_json
 
 KERNELS = ("mps", "composite", "python", "cpu_fallback", "none")
 
@@ -201,7 +201,7 @@ def diff(old: Coverage, new: Coverage) -> dict:
 def render(data: dict, fmt: str) -> str:
     """JSON or YAML text of a coverage or diff dict."""
     if fmt == "json":
-        return json.dumps(data, indent=2) + "\n"
+        return strict_json(data, indent=2) + "\n"
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120)
 
 
