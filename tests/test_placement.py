@@ -322,3 +322,16 @@ def test_a_host_computation_through_composites_then_moved_is_no_finding():
     report = _scan("placement.py", "host_then_moved")
     assert report.placement is None, report.placement
     assert _row(report, "aten::abs.out").evidence.rule == "placement-host"  # its result allocated on the host too
+
+
+def test_the_console_and_json_show_one_finding_per_host_tensor():
+    from opscan.render.console import render_table
+
+    report = scan(ScanOptions(str(Path(__file__).parents[1] / "examples" / "host_tensor.py") + ":build_model",
+                              memory=False))
+    text = render_table(report, width=200)
+    assert "Lane (predicted): mac-first — once the 3 placement fixes below are made" in text
+    assert "Placement: 3 tensors" in text and "host_tensor.py:21: module-level tensor CLASS_WEIGHTS" in text
+    found = json.loads(report.to_json())["placement"]["findings"]
+    assert {f["origin"]["name"] for f in found} == {"torch.arange", "TinyTagger.causal", "CLASS_WEIGHTS"}
+    assert all(f["met"] and f["origin"]["fix"] for f in found)

@@ -307,11 +307,11 @@ def _placement(report: Report) -> str:
     found = (report.placement or {}).get("findings") or []
     if not found:
         return ""
-    lines = [f"\nPlacement: {len(found)} tensor{'s' if len(found) > 1 else ''} the step keeps on the CPU on a Mac "
+    lines = [f"Placement: {len(found)} tensor{'s' if len(found) > 1 else ''} the step keeps on the CPU on a Mac "
              f"meet{'' if len(found) > 1 else 's'} MPS kernels (bugs of the step's code, not limits of MPS; they "
              f"do not decide the lane):"]
     lines += [f"  - {finding_text(f)}" for f in found]
-    return escape("\n".join(lines))
+    return "\n" + escaped_lines(lines)
 
 
 def _next(report: Report) -> str:
