@@ -201,3 +201,64 @@ def test_message_patterns_encode_dtype_checks_the_message_states():
     assert found.evidence.rule == "kernel-non-floating"
     limits = load_knowledge(release="2.14.1").limits
     assert len(limits.encoded) >= 40  # six hand-written rules and the message patterns' checks
+
+
+# ---------------------------------------------------------------- Conv3D (issue 38)
+
+R3D = f"{TARGETS / 'kernel_limits.py'}:r3d_18"
+
+
+def _conv3d_verdict(kb) -> Verdict:
+    """The verdict of a Conv3d's `_mps_convolution` call (5-D input, as the MPS view records it) under `kb`."""
+    key = K("aten::_mps_convolution")
+    clip, weight = TensorArg("float32", (1, 3, 4, 32, 32)), TensorArg("float32", (64, 3, 3, 7, 7))
+    return predict_op(key, ("float32", "float32"), kb,
+                      args=CallArgs("convolution", (clip, weight, None, [1, 2, 2], [1, 3, 3], [1, 1, 1], False,
+                                                     [0, 0, 0], 1))).verdict
+
+
+def test_conv3d_on_2_1_makes_a_torchvision_video_model_linux_gpu_first():
+    # Convolution.mm:77 of 2.0.0-2.2.2: TORCH_CHECK(input_t.dim() < 5, "Conv3D is not supported on MPS")
+    report = scan(ScanOptions(R3D, torch_version="2.1.0", memory=False))
+    row = _row(report, "_mps_convolution")
+    assert row.verdict == Verdict.ERROR and row.evidence.rule == "kernel-conv3d"
+    assert "Conv3D is not supported on MPS" in row.evidence.text and "Convolution.mm:77" in row.evidence.source
+    assert report.lane.name == "linux-gpu-first"
+
+
+@pytest.mark.parametrize(("macos", "verdict"), [("13.1", Verdict.ERROR), ("13.2", Verdict.NATIVE)])
+def test_conv3d_on_2_3_needs_macos_13_2(macos, verdict):
+    report = scan(ScanOptions(R3D, torch_version="2.3.0", macos=macos, memory=False))
+    row = _row(report, "_mps_convolution")
+    assert row.verdict == verdict
+    if verdict == Verdict.ERROR:
+        assert row.evidence.rule == "kernel-conv3d-macos-13-2" and "MacOS_13_2" in row.evidence.text
+        assert report.lane.name == "linux-gpu-first"
+    else:
+        assert report.lane.name == "mac-first"  # every row of R3D-18's step is native on 2.3.0, macOS 13.2
+
+
+def test_conv3d_check_is_per_rank_and_per_release():
+    assert _conv3d_verdict(load_knowledge(release="2.0.0")) == Verdict.ERROR
+    assert _conv3d_verdict(load_knowledge(release="2.8.0", macos="13.1")) == Verdict.ERROR
+    assert _conv3d_verdict(load_knowledge(release="2.9.0")) == Verdict.NATIVE  # the check is gone (macOS 14+)
+    key = K("aten::_mps_convolution")  # a Conv2d (4-D) on 2.1.0 is not touched by the check
+    conv2d = CallArgs("convolution", (TensorArg("float32", (1, 3, 32, 32)), TensorArg("float32", (8, 3, 3, 3)),
+                                      None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1))
+    assert predict_op(key, ("float32", "float32"), load_knowledge(release="2.1.0"), args=conv2d).verdict == \
+        Verdict.NATIVE
+
+
+def test_mutation_removing_the_conv3d_condition_fails_its_test():
+    """The Conv3D rules removed from the knowledge (kernel_rules.yaml without them): the call the tests above judge
+    `error` is then native, so they would fail — the rule, not something else, decides it."""
+    from dataclasses import replace
+    from types import MappingProxyType
+
+    kb = load_knowledge(release="2.1.0")
+    assert _conv3d_verdict(kb) == Verdict.ERROR
+    limits = kb.limits
+    mutated = MappingProxyType({op: tuple((r, c) for r, c in pairs if not r.id.startswith("conv3d"))
+                                for op, pairs in limits.rules_by_op.items()})
+    assert mutated["_mps_convolution"] != limits.rules_by_op["_mps_convolution"]
+    assert _conv3d_verdict(replace(kb, limits=replace(limits, rules_by_op=mutated))) == Verdict.NATIVE
