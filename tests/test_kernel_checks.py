@@ -105,7 +105,7 @@ def test_macos_gate_fft_below_14_in_2_3_to_2_8():
 
 
 def test_flag_check_svd_driver():
-    a = TensorArg("float32", (4, 4))
+    a = TensorArg("float32", (64, 64, 64))  # a batch that fits 2.14's threadgroup staging (a 4x4 runs on the CPU)
     found = _predict("aten::_linalg_svd", (a, False, True, "gesvd"))
     assert found.verdict == Verdict.ERROR and found.evidence.rule == "kernel-svd-driver"
     assert _predict("aten::_linalg_svd", (a, False, True, None)).verdict == Verdict.NATIVE
@@ -262,3 +262,59 @@ def test_mutation_removing_the_conv3d_condition_fails_its_test():
                                 for op, pairs in limits.rules_by_op.items()})
     assert mutated["_mps_convolution"] != limits.rules_by_op["_mps_convolution"]
     assert _conv3d_verdict(replace(kb, limits=replace(limits, rules_by_op=mutated))) == Verdict.NATIVE
+
+
+# ---------------------------------------------------------------- issue 38: each encoded class on both sides
+
+_F = TensorArg("float32", (4, 8))
+_H = TensorArg("float16", (4, 8))
+_L = TensorArg("int64", (4, 8))
+_D6 = TensorArg("float32", (2, 2, 2, 2, 2, 8))
+_BIG = TensorArg("float32", (65536, 65537))  # more than 2**32 elements
+_HX = [TensorArg("float32", (2, 3, 64)), TensorArg("float32", (2, 3, 64))]
+
+
+@pytest.mark.parametrize(("op", "fires", "holds", "release", "macos", "rule"), [
+    ("aten::_lstm_mps", (None, _HX, [], True, 2), (None, _HX, [], True, 1), "2.0.0", None,
+     "kernel-lstm-multilayer-macos-13"),
+    ("aten::topk", (_D6, 3, 0), (_D6, 3, -1), "2.8.0", None, "kernel-topk-axis-depth"),
+    ("aten::kthvalue", (_D6, 1, 0, False), (_D6, 1, 3, False), "2.9.0", None, "kernel-kthvalue-axis-depth"),
+    ("aten::grid_sampler_2d", (_F, _F, 2, 0, False), (_F, _F, 0, 0, False), "2.1.0", None,
+     "kernel-grid-sampler-2d-bicubic"),
+    ("aten::grid_sampler_3d", (_F, _F, 1, 0, False), (_F, _F, 0, 0, False), "2.10.0", None,
+     "kernel-grid-sampler-3d-nearest"),
+    ("aten::_softmax", (_H, -1, True), (_H, -1, False), "2.14.1", None, "kernel-softmax-half-to-float"),
+    ("aten::div.Tensor_mode", (_H, _H, "trunc"), (_H, _H, "floor"), "2.5.0", None, "kernel-trunc-divide-half"),
+    ("aten::linalg_lu_factor_ex", (_F, False), (_F, True), "2.14.1", None, "kernel-lu-factor-no-pivot"),
+    ("aten::bmm", (TensorArg("float32", (64, 8192, 64)), TensorArg("float32", (64, 64, 8193))),
+     (TensorArg("float32", (64, 8192, 64)), TensorArg("float32", (64, 64, 8192))), "2.14.1", "14.0",
+     "kernel-bmm-tiling-macos-15"),
+    ("aten::masked_fill_.Scalar", (_BIG, _BIG, 0.0), (_F, _F, 0.0), "2.14.1", None, "kernel-masked-fill-2-32"),
+    ("aten::argmax", (_BIG,), (_F,), "2.14.1", None, "kernel-argmax-64bit-indexing"),
+    ("aten::dot", (TensorArg("int64", (8,)), TensorArg("int64", (8,))),
+     (TensorArg("int64", (8,)), TensorArg("int64", (8,))), "2.7.0", None, "kernel-dot-int64-macos-13"),
+    ("aten::_linalg_svd", (TensorArg("float16", (64, 64, 64)), False, True, None),
+     (TensorArg("float32", (64, 64, 64)), False, True, None), "2.14.1", None, "kernel-svd-float32-complex64"),
+    ("aten::cumsum", (_L, 0), (_F, 0), "2.8.0", "13.2", "kernel-int64-macos-13-3"),  # a message pattern
+    ("aten::mm", (_L, _L), (_F, _F), "2.5.0", None, "kernel-float-only"),  # Blas/LinearAlgebra.mm 2.1.0-2.6.0
+])
+def test_each_encoded_check_class_on_both_sides_of_its_condition(op, fires, holds, release, macos, rule):
+    dtypes = ("int64",) if fires[0] is not None and getattr(fires[0], "dtype", "") == "int64" else ("float32",)
+    kb = load_knowledge(release=release, macos=macos)
+    key = K(op)
+    found = predict_op(key, dtypes, kb, args=CallArgs(key.name, fires))
+    assert found.evidence.rule == rule and found.verdict in (Verdict.ERROR, Verdict.UNSUPPORTED_DTYPE), found
+    other = predict_op(key, dtypes, kb if rule != "kernel-dot-int64-macos-13" else
+                       load_knowledge(release=release, macos="14.0"), args=CallArgs(key.name, holds))
+    assert other.evidence.rule != rule
+
+
+def test_fused_sgd_under_a_grad_scaler_is_an_error_on_mps():
+    p = [TensorArg("float32", (8,))]
+    key = K("aten::_fused_sgd_")
+    kb = load_knowledge(release="2.7.0")  # FusedSgdKernel.mm of 2.5.0-2.7.1 (kc-e6a8479a)
+    base = (p, p, p, 0.0, 0.9, 0.1, 0.0, False, False, False)
+    scaled = predict_op(key, ("float32",), kb, args=CallArgs(key.name, (*base, TensorArg("float32", ()), None)))
+    assert scaled.evidence.rule == "kernel-fused-sgd-grad-scale" and scaled.verdict == Verdict.ERROR
+    plain = predict_op(key, ("float32",), kb, args=CallArgs(key.name, (*base, None, None)))
+    assert plain.evidence.rule != "kernel-fused-sgd-grad-scale"
