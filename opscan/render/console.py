@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from opscan.opkey import signature_text
+from opscan.render.device_code import device_code_lines
 from opscan.report import Report, Row
 from opscan.report.where import place_text, short_places
 from opscan.trust.text import printable
@@ -65,7 +66,7 @@ def render_table(report: Report, *, verbose: bool = False, tree: bool = False, w
             console.print(_finding(number, row), overflow="fold")
     if tree:
         console.print(_module_tree(report))
-    for section in (_transfers, _memory, _upgrade):
+    for section in (_transfers, _memory, _upgrade, _device_code):
         text = section(report)
         if text:
             console.print(text, overflow="fold")
@@ -276,6 +277,11 @@ def _memory(report: Report) -> str:
                   for s in live["suspects"][:3]]
         lines += [f"  {live['hint']}"] if live.get("hint") else []
     return escape("\n".join(lines))
+
+
+def _device_code(report: Report) -> str:
+    """The user's code that picks a device (render/device_code.py), escaped."""
+    return escape("\n".join(device_code_lines(report)))
 
 
 def _lane(report: Report) -> str:
