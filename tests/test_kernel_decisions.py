@@ -67,7 +67,7 @@ checks: {kc-1: {reason: value, note: "a note"}}
 
 def test_an_encoded_check_without_an_op_is_unattached_not_encoded():
     check = next(c for c in load_checks().checks if not c.ops and c.kind == "dtype")
-    from opscan.knowledge.kernel_rules import load_patterns
+    from opscan.knowledge.kernel_rules import load_kernel_rules
 
-    rule = next((r for p in load_patterns() if (r := p.rule(check))), None) or object()
+    rule = next((r for p in load_kernel_rules().patterns if (r := p.rule(check))), None) or object()
     assert decide(check, rule, load_decisions(), load_twins()).status == "unattached"

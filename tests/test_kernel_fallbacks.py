@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from opscan.knowledge.kernel_rules import RULES_PATH, load_fallbacks, parse_fallbacks
+from opscan.knowledge.kernel_rules import RULES_PATH, load_kernel_rules, parse_kernel_rules
 from opscan.scan import ScanOptions, scan
 from opscan.verdict import Verdict
 
@@ -99,8 +99,8 @@ def test_a_fallback_must_name_real_releases_and_a_source():
     good = yaml.safe_load(Path(RULES_PATH).read_text(encoding="utf-8"))["fallbacks"][0]
     for bad in ({**good, "releases": ["2.4.x"]}, {**good, "source": " "}, {**good, "extra": 1}):
         with pytest.raises(ValueError):
-            parse_fallbacks(yaml.safe_dump({"fallbacks": [bad]}))
-    assert parse_fallbacks(yaml.safe_dump({"fallbacks": [good]}))[0].covers("2.4.1")
+            parse_kernel_rules(yaml.safe_dump({"fallbacks": [bad]}))
+    assert parse_kernel_rules(yaml.safe_dump({"fallbacks": [good]})).fallbacks[0].releases.covers("2.4.1")
 
 
 def _tool():
@@ -119,14 +119,14 @@ def test_each_message_is_in_the_dylib_of_exactly_the_releases_its_rules_cover(re
     rule covers the release exactly when a warning of it is there (or none of its ops has an MPS kernel there)."""
     tool = _tool()
     held = {release: tool.warnings_of((DYLIBS / release / "torch" / "lib" / "libtorch_cpu.dylib").read_bytes())}
-    rules = load_fallbacks()
+    rules = load_kernel_rules().fallbacks
     assert [m for m in held[release] if tool.classify(m, rules) == "UNACCOUNTED"] == []
     assert tool.rule_mismatches(rules, held, [release], tool._has_kernel) == []
 
 
 def test_the_fallback_reader_classifies_warnings_by_rule_or_reason():
     tool = _tool()
-    rules = load_fallbacks()
+    rules = load_kernel_rules().fallbacks
     assert tool.classify("torch.topk support for k>16 by MPS on MacOS 13+, please upgrade", rules) == \
         "rule topk-k16-macos-13"
     assert tool.classify(" supported by MPS on MacOS 13+, please upgrade", rules) == "rule cumulative-macos-13"

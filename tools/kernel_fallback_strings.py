@@ -32,7 +32,7 @@ import zipfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from opscan.knowledge.kernel_rules import load_fallbacks  # noqa: E402
+from opscan.knowledge.kernel_rules import load_kernel_rules  # noqa: E402
 
 DYLIB = "torch/lib/libtorch_cpu.dylib"
 # Warnings of MPS sources that are not a CPU fallback inside the kernel, and why (a regex over the joined message).
@@ -131,7 +131,7 @@ def rule_mismatches(rules, held: dict[str, dict[str, str]], read: list[str], has
     out = []
     for rule in rules:
         holders = {r for r in read if any(rule_of(m, (rule,)) for m in held[r])}
-        claimed = {r for r in read if rule.covers(r)}
+        claimed = {r for r in read if rule.releases.covers(r)}
         extra = {r for r in holders - claimed if has_kernel(r, rule.ops)}
         if extra or claimed - holders:
             out.append(f"{rule.id}: the dylibs of {range_text(holders, read)} hold its message, "
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     if not read:
         print(f"kernel_fallback_strings: no dylib or wheel of a covered release in {folder}", file=sys.stderr)
         return 2
-    rules = load_fallbacks()
+    rules = load_kernel_rules().fallbacks
     members: dict[str, list[str]] = {}
     for release in read:
         for message in held[release]:

@@ -132,9 +132,10 @@ def decide(check, encoding, decisions: Decisions, twins: Mapping[str, str]) -> D
 def decide_all() -> dict[str, tuple[object, Decision]]:
     """Check id -> (KernelCheck, Decision) for every check of kernel_checks.txt."""
     from opscan.knowledge.kernel_checks import load_checks
-    from opscan.knowledge.kernel_rules import load_patterns, load_rules, rule_for
+    from opscan.knowledge.kernel_rules import load_kernel_rules, rule_for
 
-    rules, patterns = load_rules(), load_patterns()
+    shipped = load_kernel_rules()
+    rules, patterns = shipped.rules, shipped.patterns
     decisions, twins = load_decisions(), load_twins()
     out = {}
     for check in load_checks().checks:

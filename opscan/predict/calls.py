@@ -12,12 +12,11 @@ from __future__ import annotations
 from opscan.predict import release_paths, silent
 from opscan.predict.runtime_checks import call_args, needs_args, note_from_shapes
 from opscan.predict.dtype_rules import NO_MPS_DTYPES
-from opscan.knowledge.common_mps import parse_macos
 from opscan.predict.rules import predict_op
 from opscan.predict.sparse import predict_sparse, sparse_layouts
 from opscan.knowledge import Knowledge
 from opscan.mps_view import BRANCHED_COMPOSITES, COPY, SRC_COPY, MpsCall
-from opscan.opkey import OpKey
+from opscan.opkey import OpKey, parse_macos
 from opscan.verdict import Classification, Evidence, Verdict
 
 # rules whose native verdict is a kernel of the op's own (decided_by "kernel"), not inferred by a rule
