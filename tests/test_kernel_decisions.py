@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from opscan.knowledge.kernel_checks import load_checks
-from opscan.knowledge.kernel_decisions import (ENCODED, UNDECIDED, decide, decide_all, load_decisions, load_twins,
+from opscan.knowledge.kernel_decisions import (ENCODED, UNDECIDED, decide_check, decide_all, load_decisions, load_twins,
                                                parse_decisions)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,10 +55,10 @@ classes: [{reason: device, match: "same device"}]
 checks: {kc-1: {reason: value, note: "a note"}}
 """)
     check = next(c for c in load_checks().checks if "same device" in c.message)
-    assert decide(check, None, decisions, {}).status == "device"
+    assert decide_check(check, None, decisions, {}).status == "device"
     from dataclasses import replace
 
-    assert decide(replace(check, id="kc-1"), None, decisions, {}).text.endswith("a note")
+    assert decide_check(replace(check, id="kc-1"), None, decisions, {}).text.endswith("a note")
     with pytest.raises(ValueError):
         parse_decisions("reasons: {a: b}\nclasses: [{reason: nope}]\n")
     with pytest.raises(ValueError):
@@ -70,4 +70,4 @@ def test_an_encoded_check_without_an_op_is_unattached_not_encoded():
     from opscan.knowledge.kernel_rules import load_kernel_rules
 
     rule = next((r for p in load_kernel_rules().patterns if (r := p.rule(check))), None) or object()
-    assert decide(check, rule, load_decisions(), load_twins()).status == "unattached"
+    assert decide_check(check, rule, load_decisions(), load_twins()).status == "unattached"

@@ -37,10 +37,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 CHILD = r'''
-import collections, importlib, json, sys
+import collections, importlib, importlib.util, json, sys
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from opscan.trace.step import call_model, default_loss, make_optimizer
+
+# opscan/trace/step.py by path: the opscan.trace package itself needs the installed torch's newest APIs
+_spec = importlib.util.spec_from_file_location("audit_step", sys.argv[2])
+_step = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_step)
+call_model, default_loss, make_optimizer = _step.call_model, _step.default_loss, _step.make_optimizer
 
 spec = json.loads(sys.argv[1])
 module, _, name = spec["target"].partition(":")
@@ -107,7 +112,8 @@ def record(python: Path, model: dict) -> dict:
     """The ops the release dispatched for the model's step (run in the release's venv)."""
     spec = json.dumps({"target": model["model"]["target"], "args": model["model"].get("args") or {}})
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([str(python), "-c", CHILD, spec], env=env, capture_output=True, text=True,  # noqa: S603
+    step = str(ROOT / "opscan" / "trace" / "step.py")
+    done = subprocess.run([str(python), "-c", CHILD, spec, step], env=env, capture_output=True, text=True,  # noqa: S603
                           check=False)
     line = next((x for x in done.stdout.splitlines() if x.startswith("AUDIT ")), None)
     if line is None:

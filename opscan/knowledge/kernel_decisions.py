@@ -20,15 +20,15 @@ from dataclasses import dataclass
 
 import yaml
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DECISIONS_PATH = os.path.join(HERE, "kernel_decisions.yaml")
-TWINS_PATH = os.path.join(HERE, "kernel_cpu_twins.txt")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+DECISIONS_PATH = os.path.join(_HERE, "kernel_decisions.yaml")
+TWINS_PATH = os.path.join(_HERE, "kernel_cpu_twins.txt")
 ENCODED = "encoded"
 UNDECIDED = "undecided"
 
 
 @dataclass(frozen=True)
-class Decision:
+class CheckDecision:
     """What opscan does with one kernel check: `encoded` (by `rule`), a reason id, or `undecided`."""
 
     status: str  # ENCODED | a reason id of kernel_decisions.yaml | UNDECIDED
@@ -115,22 +115,22 @@ def _matches(cls: _Class, check, twins: Mapping[str, str]) -> bool:
     return not cls.files or check.file.rsplit("/", 1)[-1] in cls.files
 
 
-def decide(check, encoding, decisions: Decisions, twins: Mapping[str, str]) -> Decision:
+def decide_check(check, encoding, decisions: Decisions, twins: Mapping[str, str]) -> CheckDecision:
     """One check's decision; `encoding` is the KernelRule that encodes it (None: none does)."""
     if encoding is not None and check.ops:
-        return Decision(ENCODED, f"kernel_rules.yaml {encoding.id}")
+        return CheckDecision(ENCODED, f"kernel_rules.yaml {encoding.id}")
     if check.id in decisions.checks:
         reason, note = decisions.checks[check.id]
-        return Decision(reason, f"{decisions.reasons[reason]} — {note}")
+        return CheckDecision(reason, f"{decisions.reasons[reason]} — {note}")
     for cls in decisions.classes:
         if _matches(cls, check, twins):
             extra = f" (CPU twin: {twins[check.id]})" if cls.twin else (f" — {cls.note}" if cls.note else "")
-            return Decision(cls.reason, decisions.reasons[cls.reason] + extra)
-    return Decision(UNDECIDED, "no rule encodes it and kernel_decisions.yaml gives no reason")
+            return CheckDecision(cls.reason, decisions.reasons[cls.reason] + extra)
+    return CheckDecision(UNDECIDED, "no rule encodes it and kernel_decisions.yaml gives no reason")
 
 
-def decide_all() -> dict[str, tuple[object, Decision]]:
-    """Check id -> (KernelCheck, Decision) for every check of kernel_checks.txt."""
+def decide_all() -> dict[str, tuple[object, CheckDecision]]:
+    """Check id -> (KernelCheck, CheckDecision) for every check of kernel_checks.txt."""
     from opscan.knowledge.kernel_checks import load_checks
     from opscan.knowledge.kernel_rules import load_kernel_rules, rule_for
 
@@ -140,7 +140,7 @@ def decide_all() -> dict[str, tuple[object, Decision]]:
     out = {}
     for check in load_checks().checks:
         encoding = rule_for(check, rules) or next((r for p in patterns if (r := p.rule(check))), None)
-        out[check.id] = (check, decide(check, encoding, decisions, twins))
+        out[check.id] = (check, decide_check(check, encoding, decisions, twins))
     return out
 
 
