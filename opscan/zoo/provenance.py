@@ -21,13 +21,15 @@ from typing import Any
 
 KNOWLEDGE_DIR = Path(__file__).resolve().parent.parent / "knowledge"
 DATA_SUFFIXES = (".txt", ".yaml")
+# data files no prediction reads (why each kernel check is not encoded): changing them moves no cell
+NOT_PREDICTIVE = frozenset({"kernel_decisions.yaml", "kernel_cpu_twins.txt"})
 
 
 def knowledge_files(folder: Path = KNOWLEDGE_DIR) -> dict[str, str]:
     """Relative path -> the first 12 hex digits of its sha256, for every data file of the knowledge base."""
     out = {}
     for path in sorted(folder.rglob("*")):
-        if path.is_file() and path.suffix in DATA_SUFFIXES:
+        if path.is_file() and path.suffix in DATA_SUFFIXES and path.name not in NOT_PREDICTIVE:
             out[path.relative_to(folder).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
     return out
 
