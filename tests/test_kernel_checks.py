@@ -296,6 +296,7 @@ _HX = [TensorArg("float32", (2, 3, 64)), TensorArg("float32", (2, 3, 64))]
     ("aten::_linalg_svd", (TensorArg("float16", (64, 64, 64)), False, True, None),
      (TensorArg("float32", (64, 64, 64)), False, True, None), "2.14.1", None, "kernel-svd-float32-complex64"),
     ("aten::cumsum", (_L, 0), (_F, 0), "2.8.0", "13.2", "kernel-int64-macos-13-3"),  # a message pattern
+    ("aten::pow.Tensor_Tensor", (_L, _L), (_L, _L), "2.4.0", None, "kernel-pow-int64-macos-13-2"),
     ("aten::mm", (_L, _L), (_F, _F), "2.5.0", None, "kernel-float-only"),  # Blas/LinearAlgebra.mm 2.1.0-2.6.0
 ])
 def test_each_encoded_check_class_on_both_sides_of_its_condition(op, fires, holds, release, macos, rule):
@@ -304,8 +305,9 @@ def test_each_encoded_check_class_on_both_sides_of_its_condition(op, fires, hold
     key = K(op)
     found = predict_op(key, dtypes, kb, args=CallArgs(key.name, fires))
     assert found.evidence.rule == rule and found.verdict in (Verdict.ERROR, Verdict.UNSUPPORTED_DTYPE), found
-    other = predict_op(key, dtypes, kb if rule != "kernel-dot-int64-macos-13" else
-                       load_knowledge(release=release, macos="14.0"), args=CallArgs(key.name, holds))
+    macos_after = {"kernel-dot-int64-macos-13": "14.0", "kernel-pow-int64-macos-13-2": "13.2"}.get(rule)
+    other = predict_op(key, dtypes, load_knowledge(release=release, macos=macos_after) if macos_after else kb,
+                       args=CallArgs(key.name, holds))
     assert other.evidence.rule != rule
 
 
@@ -318,3 +320,14 @@ def test_fused_sgd_under_a_grad_scaler_is_an_error_on_mps():
     assert scaled.evidence.rule == "kernel-fused-sgd-grad-scale" and scaled.verdict == Verdict.ERROR
     plain = predict_op(key, ("float32",), kb, args=CallArgs(key.name, (*base, None, None)))
     assert plain.evidence.rule != "kernel-fused-sgd-grad-scale"
+
+
+def test_a_check_of_a_shared_helper_holds_only_for_the_op_its_condition_names():
+    """BinaryOps.mm's binaryOpTensor holds "MPS: <op> op with int64 input is supported natively starting from macOS
+    13.2" for every binary op's kernel, but its condition is `op_name == "power" && ...`: an int64 `ne` on 2.4.0 at
+    macOS 12.3 is native (a message pattern over every attached op made it unsupported_dtype; found by
+    test_kernel_fallbacks' pyg GCN step)."""
+    key, longs = K("aten::ne.Tensor"), TensorArg("int64", (4,))
+    kb = load_knowledge(release="2.4.0")
+    found = predict_op(key, ("int64", "int64"), kb, args=CallArgs(key.name, (longs, longs)))
+    assert found.verdict == Verdict.NATIVE
