@@ -14,9 +14,9 @@ import pytest
 from opscan.knowledge import load_knowledge
 from opscan.knowledge.kernel_checks import expand, kind_of, load_checks, parse_checks, ranges
 from opscan.knowledge.conditions import TensorArg, compile_when
-from opscan.knowledge.kernel_rules import load_kernel_rules, rule_for
+from opscan.knowledge.kernel_rules import load_kernel_rules, rules_encoding
 from opscan.opkey import OpKey
-from opscan.predict.runtime_checks import CallArgs
+from opscan.knowledge.signatures import load_signatures
 from opscan.predict.rules import predict_op
 from opscan.scan import ScanOptions, scan
 from opscan.verdict import Verdict
@@ -54,10 +54,15 @@ def test_conv_transpose3d_in_float16_is_an_unsupported_dtype_with_the_kernels_me
     assert _row(fp32, "_mps_convolution_transpose").verdict == Verdict.NATIVE
 
 
+def _args(key, values: tuple, release: str = "2.14.1") -> dict:
+    """Values in schema order bound to the op's argument names, as predict/bind.py binds a recorded call's."""
+    return dict(zip((a.name for a in load_signatures().arguments(key.yaml_name, release)), values))
+
+
 def _predict(op: str, values: tuple, macos: str | None = None, release: str = "2.14.1"):
     kb = load_knowledge(release=release, macos=macos)
     key = K(op)
-    return predict_op(key, ("float32",), kb, args=CallArgs(key.name, values))
+    return predict_op(key, ("float32",), kb, args=_args(key, values))
 
 
 def test_dtype_check_fires_on_five_dimensional_half_input_only():
@@ -99,7 +104,7 @@ def test_macos_gate_fft_below_14_in_2_3_to_2_8():
             assert "FastFourierTransform.mm" in found.evidence.source and function in found.evidence.text
         kb = load_knowledge(release="2.4.0", macos="14.0")
         key = K(op)
-        on_14 = predict_op(key, (values[0].dtype,), kb, args=CallArgs(key.name, values))
+        on_14 = predict_op(key, (values[0].dtype,), kb, args=_args(key, values))
         assert on_14.verdict != Verdict.ERROR and on_14.evidence.rule != "kernel-fft-macos-14", op
         assert _predict(op, values).verdict != Verdict.ERROR, op  # 2.14.1: the check is gone
 
@@ -135,7 +140,7 @@ def test_every_release_has_its_checks_and_every_rule_its_check():
     assert counts["2.14.1"] > counts["2.0.0"]  # the backend grew
     rules = load_kernel_rules().rules
     for rule in rules:
-        assert any(rule_for(c, rules) is rule for c in checks.checks), rule.id
+        assert any(rule in rules_encoding(c, rules) for c in checks.checks), rule.id
     lstm = next(c for c in checks.checks if c.message.startswith("LSTM with projections"))
     assert "2.0.0" in lstm.releases and "2.14.1" in lstm.releases and lstm.ops == ("_lstm_mps",)
     assert len({c.id for c in checks.checks}) == len(checks.checks)
@@ -187,7 +192,7 @@ def test_dtype_expectations_reach_the_mps_views_convolution_per_rank():
 def _predict_dtype(op: str, dtype: str, values: tuple):
     kb = load_knowledge(release="2.14.1")
     key = K(op)
-    return predict_op(key, (dtype, dtype), kb, args=CallArgs(key.name, values))
+    return predict_op(key, (dtype, dtype), kb, args=_args(key, values))
 
 
 def test_message_patterns_encode_dtype_checks_the_message_states():
@@ -213,8 +218,7 @@ def _conv3d_verdict(kb) -> Verdict:
     key = K("aten::_mps_convolution")
     clip, weight = TensorArg("float32", (1, 3, 4, 32, 32)), TensorArg("float32", (64, 3, 3, 7, 7))
     return predict_op(key, ("float32", "float32"), kb,
-                      args=CallArgs("convolution", (clip, weight, None, [1, 2, 2], [1, 3, 3], [1, 1, 1], False,
-                                                     [0, 0, 0], 1))).verdict
+                      args=_args(key, (clip, weight, None, [0, 3, 3], [1, 2, 2], [1, 1, 1], 1), kb.release)).verdict
 
 
 def test_conv3d_on_2_1_makes_a_torchvision_video_model_linux_gpu_first():
@@ -243,8 +247,8 @@ def test_conv3d_check_is_per_rank_and_per_release():
     assert _conv3d_verdict(load_knowledge(release="2.8.0", macos="13.1")) == Verdict.ERROR
     assert _conv3d_verdict(load_knowledge(release="2.9.0")) == Verdict.NATIVE  # the check is gone (macOS 14+)
     key = K("aten::_mps_convolution")  # a Conv2d (4-D) on 2.1.0 is not touched by the check
-    conv2d = CallArgs("convolution", (TensorArg("float32", (1, 3, 32, 32)), TensorArg("float32", (8, 3, 3, 3)),
-                                      None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1))
+    conv2d = _args(key, (TensorArg("float32", (1, 3, 32, 32)), TensorArg("float32", (8, 3, 3, 3)), None, [0, 0],
+                         [1, 1], [1, 1], 1), "2.1.0")
     assert predict_op(key, ("float32", "float32"), load_knowledge(release="2.1.0"), args=conv2d).verdict == \
         Verdict.NATIVE
 
@@ -303,11 +307,11 @@ def test_each_encoded_check_class_on_both_sides_of_its_condition(op, fires, hold
     dtypes = ("int64",) if fires[0] is not None and getattr(fires[0], "dtype", "") == "int64" else ("float32",)
     kb = load_knowledge(release=release, macos=macos)
     key = K(op)
-    found = predict_op(key, dtypes, kb, args=CallArgs(key.name, fires))
+    found = predict_op(key, dtypes, kb, args=_args(key, fires, release))
     assert found.evidence.rule == rule and found.verdict in (Verdict.ERROR, Verdict.UNSUPPORTED_DTYPE), found
     macos_after = {"kernel-dot-int64-macos-13": "14.0", "kernel-pow-int64-macos-13-2": "13.2"}.get(rule)
     other = predict_op(key, dtypes, load_knowledge(release=release, macos=macos_after) if macos_after else kb,
-                       args=CallArgs(key.name, holds))
+                       args=_args(key, holds, release))
     assert other.evidence.rule != rule
 
 
@@ -316,9 +320,9 @@ def test_fused_sgd_under_a_grad_scaler_is_an_error_on_mps():
     key = K("aten::_fused_sgd_")
     kb = load_knowledge(release="2.7.0")  # FusedSgdKernel.mm of 2.5.0-2.7.1 (kc-e6a8479a)
     base = (p, p, p, 0.0, 0.9, 0.1, 0.0, False, False, False)
-    scaled = predict_op(key, ("float32",), kb, args=CallArgs(key.name, (*base, TensorArg("float32", ()), None)))
+    scaled = predict_op(key, ("float32",), kb, args=_args(key, (*base, TensorArg("float32", ()), None), "2.7.0"))
     assert scaled.evidence.rule == "kernel-fused-sgd-grad-scale" and scaled.verdict == Verdict.ERROR
-    plain = predict_op(key, ("float32",), kb, args=CallArgs(key.name, (*base, None, None)))
+    plain = predict_op(key, ("float32",), kb, args=_args(key, (*base, None, None), "2.7.0"))
     assert plain.evidence.rule != "kernel-fused-sgd-grad-scale"
 
 
@@ -329,5 +333,5 @@ def test_a_check_of_a_shared_helper_holds_only_for_the_op_its_condition_names():
     test_kernel_fallbacks' pyg GCN step)."""
     key, longs = K("aten::ne.Tensor"), TensorArg("int64", (4,))
     kb = load_knowledge(release="2.4.0")
-    found = predict_op(key, ("int64", "int64"), kb, args=CallArgs(key.name, (longs, longs)))
+    found = predict_op(key, ("int64", "int64"), kb, args=_args(key, (longs, longs), "2.4.0"))
     assert found.verdict == Verdict.NATIVE

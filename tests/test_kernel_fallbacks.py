@@ -187,10 +187,11 @@ def _fallback(op: str, values: tuple, release: str, macos: str | None = None, dt
     from opscan.knowledge import load_knowledge
     from opscan.opkey import OpKey
     from opscan.predict.rules import predict_op
-    from opscan.predict.runtime_checks import CallArgs
+    from opscan.knowledge.signatures import load_signatures
 
     key = OpKey.parse(op)
-    found = predict_op(key, dtypes, load_knowledge(release=release, macos=macos), args=CallArgs(key.name, values))
+    args = dict(zip((a.name for a in load_signatures().arguments(key.yaml_name, release)), values))
+    found = predict_op(key, dtypes, load_knowledge(release=release, macos=macos), args=args)
     return found.verdict.value, found.evidence.rule
 
 

@@ -35,7 +35,8 @@ def analyze(model: Any, example_inputs: Any, *, optimizer: Any = None, loss_fn: 
     Runs on deep copies: the caller's model, inputs, optimizer, loss_fn and train_step are left as they were
     (api/isolation.py; an IsolationError says when a hook reached past the copies). Raises TargetError or
     StepError (opscan.errors) with one line saying what to fix."""
-    from opscan.api.isolation import Fingerprint, check_unchanged, copies_of, kept_random_state, optimizer_for
+    from opscan.api.isolation import (Fingerprint, check_apart, check_unchanged, copies_of, kept_random_state,
+                                      optimizer_for)
     from opscan.knowledge import load_knowledge
     from opscan.render.notebook import NotebookReport
     from opscan.scan import prepare_loaded, scan
@@ -50,6 +51,7 @@ def analyze(model: Any, example_inputs: Any, *, optimizer: Any = None, loss_fn: 
     fingerprint = Fingerprint(model, optimizer, (loss_fn, getattr(train_step, "__self__", None)))
     with kept_random_state():
         copies = copies_of(model, example_inputs, optimizer, loss_fn, train_step)
+        check_apart(model, optimizer, copies)  # a copy that is not one: refused before the step touches anything
         target = Target(spec=options.target, name=name or type(model).__name__, model=copies.model,
                         inputs=copies.inputs, train_step=copies.train_step, loss_fn=copies.loss_fn,
                         build_optimizer=optimizer_for(copies), project=project_folder(os.path.join(os.getcwd(), "_")))

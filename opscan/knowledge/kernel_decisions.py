@@ -132,14 +132,15 @@ def decide_check(check, encoding, decisions: Decisions, twins: Mapping[str, str]
 def decide_all() -> dict[str, tuple[object, CheckDecision]]:
     """Check id -> (KernelCheck, CheckDecision) for every check of kernel_checks.txt."""
     from opscan.knowledge.kernel_checks import load_checks
-    from opscan.knowledge.kernel_rules import load_kernel_rules, rule_for
+    from opscan.knowledge.kernel_rules import load_kernel_rules, rules_encoding
 
     shipped = load_kernel_rules()
     rules, patterns = shipped.rules, shipped.patterns
     decisions, twins = load_decisions(), load_twins()
     out = {}
     for check in load_checks().checks:
-        encoding = rule_for(check, rules) or next((r for p in patterns if (r := p.rule(check))), None)
+        encoding = next(iter(rules_encoding(check, rules)), None) or next((r for p in patterns if (r := p.rule(check))),
+                                                                          None)
         out[check.id] = (check, decide_check(check, encoding, decisions, twins))
     return out
 

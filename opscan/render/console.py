@@ -20,7 +20,7 @@ from opscan.opkey import signature_text
 from opscan.render.device_code import device_code_lines
 from opscan.report import Report, Row
 from opscan.report.where import place_text, short_places
-from opscan.trust.text import printable
+from opscan.trust.text import inert_commands, printable
 from opscan.units import human_bytes as _bytes
 from opscan.verdict import Verdict
 
@@ -34,10 +34,16 @@ STYLE = {
 
 
 def escape(text: str) -> str:
-    """Text of the report for the table: control characters and terminal escape sequences (in module names,
-    exception texts that came back from a Mac, ...) as visible escapes (opscan/trust/text.py), then rich's
-    markup escaped. Every piece of report text goes through here."""
-    return markup_escape(printable(text))
+    """Text of the report for the table, one line: control characters, line breaks and terminal escape sequences
+    (in module names, exception texts that came back from a Mac, ...) as visible escapes (opscan/trust/text.py),
+    then rich's markup escaped. Every piece of report text goes through here; a section of several lines escapes
+    each line (`lines`), so no value can start a line of its own (a GitHub workflow command)."""
+    return markup_escape(printable(text, newlines=False))
+
+
+def escaped_lines(parts) -> str:
+    """Lines of report text, each escaped (escape)."""
+    return "\n".join(escape(part) for part in parts)
 
 
 def render_table(report: Report, *, verbose: bool = False, tree: bool = False, width: int = 100,
@@ -72,7 +78,7 @@ def render_table(report: Report, *, verbose: bool = False, tree: bool = False, w
             console.print(text, overflow="fold")
     console.print(_lane(report))
     console.print(_next(report), overflow="fold")
-    return buf.getvalue()
+    return inert_commands(buf.getvalue())  # a cell folded at `::` starts no workflow command
 
 
 def _header(report: Report) -> str:
@@ -80,13 +86,13 @@ def _header(report: Report) -> str:
     what = "training step" if report.trace.get("step") == "train" else "inference forward"
     fx = report.trace.get("fx", {})
     fx_line = "fx graph: traced" if fx.get("traced") else f"fx graph: not traced ({fx.get('reason')})"
-    return escape(
+    return escaped_lines((
         f"opscan {report.opscan_version} · {report.model} · {what} · {report.mode} for torch "
-        f"{a.get('torch_release')} (installed {a.get('installed_torch')})\n"
+        f"{a.get('torch_release')} (installed {a.get('installed_torch')})",
         f"{report.trace.get('calls', 0)} calls traced ({report.trace.get('bookkeeping_calls', 0)} bookkeeping"
         f"{_view_calls(report)}) · "
-        f"phases: {_phases(report)} · {fx_line}"
-    )
+        f"phases: {_phases(report)} · {fx_line}",
+    ))
 
 
 def _view_calls(report: Report) -> str:
@@ -156,7 +162,7 @@ def _rows_table(rows: tuple[Row, ...], with_rule: bool) -> Table:
                          min_width=op_width if column == "op" else None)
     for number, row in enumerate(rows, 1):
         table.add_row(
-            str(number), escape(printable(_modules(row), newlines=False)), escape(row.op.display),
+            str(number), escape(_modules(row)), escape(row.op.display),
             escape(signature_text(row.dtypes)),
             f"[{STYLE[row.verdict]}]{row.verdict.value}[/]",
             *((_measured_cell(row),) if measured else ()), str(row.calls),
@@ -259,7 +265,7 @@ def _transfers(report: Report) -> str:
              f"(to host {_bytes(step['d2h_bytes'])}, to MPS {_bytes(step['h2d_bytes'])}; {', '.join(parts) or 'none'})"]
     lines += [f"  {r['op']} in {r['module'] or '(model)'} ({r['phase']}): {_bytes(r['bytes'])}, {r['syncs']} syncs"
               for r in (t.get("ranking") or [])[:3]]
-    return escape("\n".join(lines))
+    return escaped_lines(lines)
 
 
 def _memory(report: Report) -> str:
@@ -276,12 +282,12 @@ def _memory(report: Report) -> str:
         lines += [f"  kept: {s['op']} ({s['phase']}) {s['dtype']}{s['shape']} x{s['count']}, {s['bytes']} B"
                   for s in live["suspects"][:3]]
         lines += [f"  {live['hint']}"] if live.get("hint") else []
-    return escape("\n".join(lines))
+    return escaped_lines(lines)
 
 
 def _device_code(report: Report) -> str:
     """The user's code that picks a device (render/device_code.py), escaped."""
-    return escape("\n".join(device_code_lines(report)))
+    return escaped_lines(device_code_lines(report))
 
 
 def _lane(report: Report) -> str:
@@ -302,4 +308,4 @@ def _next(report: Report) -> str:
                      "a Mac you reach over SSH.")
     if any(_finds(r) for r in report.rows) and report.repro is None:
         lines.append("`--repro` writes a standalone script and an ISSUE.md for each finding.")
-    return escape("\n".join(lines))
+    return escaped_lines(lines)

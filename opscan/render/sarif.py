@@ -13,13 +13,13 @@ rerun matches it. Validated against the OASIS SARIF 2.1.0 schema in tests/test_c
 
 from __future__ import annotations
 
-import json
 from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import quote
 
 from opscan.opkey import signature_text
 from opscan.report import Report, Row
+from opscan.trust.text import sarif_text, strict_json
 from opscan.verdict import Verdict
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -48,15 +48,15 @@ def render_sarif(report: Report, **_) -> str:
                        "torch_release": report.assumptions.get("torch_release"),
                        "macos": report.assumptions.get("macos"), "kb_version": report.kb_version},
     }
-    return json.dumps({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2) + "\n"
+    return strict_json({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2) + "\n"
 
 
 def _rule(rule: str, rows: list[Row]) -> dict[str, Any]:
     worst = max(rows, key=lambda r: r.verdict.rank)
     verdicts = list(dict.fromkeys(r.verdict.value for r in rows))
     return {"id": rule, "name": rule,
-            "shortDescription": {"text": f"opscan rule {rule}: {', '.join(verdicts)} on MPS"},
-            "fullDescription": {"text": f"Source: {worst.evidence.source}"},
+            "shortDescription": {"text": sarif_text(f"opscan rule {rule}: {', '.join(verdicts)} on MPS")},
+            "fullDescription": {"text": sarif_text(f"Source: {worst.evidence.source}")},
             "defaultConfiguration": {"level": level_of(worst.verdict)},
             "properties": {"tags": ["mps", *verdicts]}}
 
@@ -65,7 +65,7 @@ def _result(row: Row, index: int, report: Report) -> dict[str, Any]:
     located = [p for p in row.where if p.get("file")]
     result: dict[str, Any] = {
         "ruleId": row.evidence.rule, "ruleIndex": index, "level": level_of(row.verdict),
-        "message": {"text": message(row, report)},
+        "message": {"text": sarif_text(message(row, report))},
         "partialFingerprints": {"opscanRow/v1": f"{row.op.display}|{','.join(row.dtypes)}"},
         "properties": {"verdict": row.verdict.value, "source": row.source.value, "op": row.op.display,
                        "dtypes": list(row.dtypes), "phases": list(row.phases), "modules": list(row.modules),
@@ -83,7 +83,7 @@ def _location(place: dict[str, Any]) -> dict[str, Any]:
     location: dict[str, Any] = {"physicalLocation": {"artifactLocation": artifact,
                                                      "region": {"startLine": int(place["line"])}}}
     if place.get("function"):
-        location["logicalLocations"] = [{"fullyQualifiedName": place["function"], "kind": "function"}]
+        location["logicalLocations"] = [{"fullyQualifiedName": sarif_text(place["function"]), "kind": "function"}]
     return location
 
 

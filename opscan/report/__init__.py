@@ -9,13 +9,13 @@ assemble.py builds the Report from a scan's stages (opscan/scan.py calls it).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opscan.graph.lanes import Lane
 from opscan.opkey import OpKey
+from opscan.trust.text import strict_json
 from opscan.verdict import Classification, Evidence, Source, Verdict
 
 SCHEMA_VERSION = 3  # 2: lane.why (kind, row, text) and lane.source beside lane.reasons; `source` in every section;
@@ -124,8 +124,9 @@ class Report:
         return tuple(sorted((r for r in self.rows if r.verdict.rank > 0), key=lambda r: -r.verdict.rank))
 
     def to_json(self, indent: int | None = 2) -> str:
-        """The report JSON (schema v3) as text: `json.loads(report.to_json()) == report.to_dict()`."""
-        return json.dumps(self.to_dict(), indent=indent)
+        """The report JSON (schema v3) as strict JSON text (a non-finite number is null: trust/text.py strict_json):
+        `json.loads(report.to_json()) == report.to_dict()` when every number is finite."""
+        return strict_json(self.to_dict(), indent=indent)
 
     def worst(self) -> Verdict:
         """The most severe verdict among the rows (native when there are none)."""
