@@ -335,3 +335,12 @@ def test_the_console_and_json_show_one_finding_per_host_tensor():
     found = json.loads(report.to_json())["placement"]["findings"]
     assert {f["origin"]["name"] for f in found} == {"torch.arange", "TinyTagger.causal", "CLASS_WEIGHTS"}
     assert all(f["met"] and f["origin"]["fix"] for f in found)
+
+
+def test_every_kernel_check_a_rule_cites_is_in_kernel_checks():
+    import re
+
+    knowledge = Path(__file__).parents[1] / "opscan" / "knowledge"
+    cited = set(re.findall(r"kc-[0-9a-f]{8}", (knowledge / "placement.yaml").read_text()))
+    known = {line.split("\t", 1)[0] for line in (knowledge / "kernel_checks.txt").read_text().splitlines()}
+    assert cited and cited <= known, cited - known
