@@ -1,5 +1,5 @@
-"""CLI: `opscan repro REPORT.json OP` — write one OpKey's repro scripts, and the ISSUE.md of its cause when that is worth
-an upstream report, from a report's `repro` section.
+"""CLI: `opscan repro REPORT.json OP` — write one OpKey's repro scripts, and the ISSUE.md of its cause when that is
+worth an upstream report, from a report's `repro` section.
 
 Dispatched from cli.main when the first argument is `repro`. Reads report.json with json only (no scan,
 no trace); torch is imported only for --minimize. Writes `<DIR>/repro/<op>/repro_N.py` and the cause's `ISSUE.md`

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opscan.errors import OpscanError
-from opscan.opkey import OpKey
+from opscan.opkey import OpKey, Release
 
 
 class ReproError(OpscanError):
@@ -86,10 +86,21 @@ def _row_cause(report: dict, finding: dict) -> Cause:
     row = report["ops"][finding["row"]]
     evidence = row.get("evidence") or {}
     texts = [evidence.get("text"), evidence.get("source")]
-    found = upstream_of(str(evidence.get("rule")), str(row.get("verdict")), [finding["op"]], row.get("since"), texts,
-                        (row.get("silent") or {}).get("issues") or ())
+    predicted = ((row.get("predicted") or {}).get("evidence") or {}).get("rule")
+    found = upstream_of(str(evidence.get("rule")), str(row.get("verdict")), [finding["op"]], _later(report, row), texts,
+                        (row.get("silent") or {}).get("issues") or (), [predicted] if predicted else (),
+                        row.get("dtypes") or ())
     sites = tuple(p for p in row.get("where") or () if isinstance(p, dict))
     return Cause(finding["op"], (finding["row"],), sites, found.to_dict())
+
+
+def _later(report: dict, row: dict) -> str | None:
+    """The row's `since` when it is later than the release the report was judged for."""
+    release, since = (report.get("assumptions") or {}).get("torch_release"), row.get("since")
+    try:
+        return since if since and (not release or Release.parse(since) > Release.parse(release)) else None
+    except (ValueError, TypeError):
+        return None
 
 
 def render_files(report: dict, device: str = "mps", real_outputs: dict | None = None, keep_paths: bool = False,
@@ -118,7 +129,8 @@ def render_files(report: dict, device: str = "mps", real_outputs: dict | None = 
         if not present or not (cause.upstream.get("issue") or every_finding):
             continue
         folder = f"repro/{folder_of(cause.op)}"
-        attached = [(_relative(path, folder), text, call) for r in cause.rows for path, text, call in scripts.get(r, [])]
+        attached = [(_relative(path, folder), text, call) for r in cause.rows
+                    for path, text, call in scripts.get(r, [])]
         files[f"{folder}/ISSUE.md"] = issue_text(report, cause.op, present, attached, device, real_outputs, cause)
     return files
 

@@ -135,8 +135,9 @@ def snippet_block(findings: list[dict], scripts, device: str) -> list[str]:
         return []
     return [f"Minimal repro (save it as `repro.py`; `python repro.py` runs it on {device}, `python repro.py cpu` on "
             "the CPU): it prints the error the call raises, or compares its result with the CPU's, and exits 1 when "
-            f"the failure reproduces, 0 when it does not, 2 when it cannot run here (no {DEVICE_NAMES.get(device, device)}"
-            " on this machine: it reproduces nothing there).\n", fenced(text, "python")]
+            f"the failure reproduces, 0 when it does not, 2 when it cannot run here (no "
+            f"{DEVICE_NAMES.get(device, device)} on this machine: it reproduces nothing there).\n",
+            fenced(text, "python")]
 
 
 def _not_for_filing(cause) -> str:
