@@ -1,4 +1,5 @@
-"""Shared test setup: offline Hugging Face, no OPSCAN_* flags leaking in from the environment,
+"""Shared test setup: offline Hugging Face, no OPSCAN_* flags (nor COLUMNS, FORCE_COLOR, NO_COLOR) leaking in from
+the environment,
 and paths to the crafted targets and the examples."""
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ EXAMPLES = REPO / "examples"
 def _no_opscan_env(monkeypatch):
     """Flags come from the test, never from OPSCAN_* variables of the shell that runs pytest."""
     for name in list(os.environ):
-        if name.startswith("OPSCAN_"):
-            monkeypatch.delenv(name)
+        if name.startswith("OPSCAN_") or name in ("COLUMNS", "FORCE_COLOR", "NO_COLOR"):
+            monkeypatch.delenv(name)  # the table's width and colours too: each test sets its own
 
 
 def pytest_unconfigure(config):

@@ -25,6 +25,7 @@ from opscan.trust.text import printable
 from opscan.units import human_bytes as _bytes
 from opscan.verdict import Verdict
 
+LANE_STYLE = {"mac-first": "bold green", "dual-track": "bold yellow", "linux-gpu-first": "bold red"}
 STYLE = {
     Verdict.NATIVE: "green", Verdict.UNKNOWN: "yellow", Verdict.CPU_FALLBACK: "dark_orange",
     Verdict.UNSUPPORTED: "red", Verdict.UNSUPPORTED_DTYPE: "red", Verdict.MISMATCH: "magenta",
@@ -237,7 +238,8 @@ def _memory(report: Report) -> str:
 
 
 def _lane(report: Report) -> str:
-    lines = [f"Lane ({report.mode}): {report.lane.name}"]
+    colour = LANE_STYLE.get(report.lane.name, "bold")
+    lines = [f"Lane ({report.mode}): [{colour}]{escape(report.lane.name)}[/]"]
     reasons = report.lane.reasons
     lines += [f"  - {escape(r.split(': ', 1)[0])}" for r in reasons[:10]]
     if len(reasons) > 10:

@@ -1,13 +1,14 @@
-"""Render stage: the report as GitHub Actions workflow commands, one annotation per finding (one per cause: a line
-of the user's code and a rule, report/findings.py).
+"""Render stage: the report as GitHub Actions workflow commands, one annotation per finding (one per cause: a line of
+the user's code and a rule, report/findings.py).
 
-`::error file=examples/tricky.py,line=56,title=…::message`, `::warning …`, `::notice …`: the level is the
-finding's SARIF level (render/sarif.py: error, warning, note -> notice), the place its line (a finding no line of
-the user's code caused, or made in a notebook's cell, is annotated without a file), the message render/sarif.py's
-(the ops made there, why, the fix, upstream), most severe first (ties in step order). GitHub shows at most 10 error, 10 warning and 10 notice annotations per
-step (`PER_LEVEL`): no more are written, and when any finding is left out a last notice counts them by level and
-points at the full report. Data is escaped as the Actions toolkit does (`%`, CR, LF as %25, %0D, %0A), properties
-also their `:` and `,` (%3A, %2C), so a message or file name cannot end the command early or forge another.
+`::error file=examples/tricky.py,line=56,title=…::message`, `::warning …`, `::notice …`: the level is the finding's
+SARIF level (render/sarif.py: error, warning, note -> notice), the place its line (a finding no line of the user's
+code caused, or made in a notebook's cell, is annotated without a file), the message render/sarif.py's (the ops made
+there, why, the fix, upstream), most severe first (ties in step order). GitHub shows at most 10 error, 10 warning
+and 10 notice annotations per step (`PER_LEVEL`): no more are written, and when any finding is left out a last
+notice counts them by level and points at the full report. Data is escaped as the Actions toolkit does (`%`, CR, LF
+as %25, %0D, %0A), properties also their `:` and `,` (%3A, %2C), so a message or file name cannot end the command
+early or forge another.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """Render stage: the self-contained HTML report (one file: inline CSS, inline SVG, two tiny inline scripts).
 
 Sections: the verdict summary and the lane with its reasons; each finding — one per cause, a line of the user's code
-and a rule (report/findings.py) — with that line and its source text, the ops made there (linked to their rows in the
-op table), its evidence, fix, upgrade advice and where it belongs upstream, and a drawing of its worst op's
-neighbourhood in its module context (render/svg.py; never the whole graph); host<->device transfers (totals, per phase, the ranking, fallback regions and what moving each to
-the CPU explicitly saves); the module tree coloured by worst verdict; the op table; memory (when the report
-has it); the environment record. Nothing is fetched when the page is viewed.
+and a rule (report/findings.py) — with that line and its source text, the ops made there (linked to their rows in
+the op table), its evidence, fix, upgrade advice and where it belongs upstream, and a drawing of each of its ops'
+neighbourhoods in its module context (render/svg.py; never the whole graph); host<->device transfers (totals, per
+phase, the ranking, fallback regions and what moving each to the CPU explicitly saves); the module tree coloured by
+worst verdict; the op table; memory (when the report has it); the environment record. Nothing is fetched when the
+page is viewed.
 """
 
 from __future__ import annotations

@@ -100,7 +100,8 @@ def message(finding: Finding, report: Report) -> str:
     """One finding in a few sentences: what happens on MPS and to which ops, why, what to do, the library's line, and
     where it belongs upstream."""
     release = report.assumptions.get("torch_release")
-    calls = f"{finding.calls} call{'s' * (finding.calls != 1)}" + (" made at this line" if located(finding.site) else "")
+    calls = f"{finding.calls} call{'s' * (finding.calls != 1)}"
+    calls += " made at this line" if located(finding.site) else ""
     text = _sentence(f"{finding.summary()}: {finding.verdict.value} on MPS ({finding.source.value} for torch "
                      f"{release}; {calls}): {finding.why}")
     if finding.fix:

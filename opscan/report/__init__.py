@@ -129,7 +129,7 @@ class Report:
     def findings(self) -> tuple[Finding, ...]:
         """One finding per cause — the user's line and the rule — most severe first, ties in step order
         (report/findings.py): what every view lists."""
-        return build_findings(self.rows)
+        return build_findings(self.rows, self.assumptions.get("torch_release"))
 
     @property
     def finding_rows(self) -> tuple[Row, ...]:

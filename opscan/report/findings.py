@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from opscan.opkey import OpKey, signature_text
+from opscan.opkey import OpKey, Release, signature_text
 from opscan.report.upstream import Upstream, upstream_of
 from opscan.verdict import Source, Verdict
 
@@ -97,15 +97,16 @@ class Finding:
                 "fix": self.fix, "since": self.since, "upstream": self.upstream.to_dict(), "key": self.key}
 
 
-def build_findings(rows) -> tuple[Finding, ...]:
-    """The findings of `rows` (Report.rows): every row ranked above native, grouped by (site, rule)."""
+def build_findings(rows, release: str | None = None) -> tuple[Finding, ...]:
+    """The findings of `rows` (Report.rows) judged for torch `release`: every row ranked above native, grouped by
+    (site, rule)."""
     groups: dict[tuple, list[tuple[int, dict | None, int, tuple[str, ...]]]] = {}
     for index, row in enumerate(rows):
         if row.verdict.rank == 0:
             continue
         for site, calls, phases in sites_of(row):
             groups.setdefault((_site_key(site), row.evidence.rule), []).append((index, site, calls, phases))
-    found = [_finding(rows, members) for members in groups.values()]
+    found = [_finding(rows, members, release) for members in groups.values()]
     return tuple(sorted(found, key=lambda f: (-f.verdict.rank, f.parts[0].row if f.parts else 0)))
 
 
@@ -128,7 +129,7 @@ def _site_key(site: dict | None) -> tuple:
     return ("via", via.get("file"), via.get("line")) if via else ()
 
 
-def _finding(rows, members) -> Finding:
+def _finding(rows, members, release: str | None) -> Finding:
     merged: dict[int, list] = {}
     for index, _, calls, phases in members:
         entry = merged.setdefault(index, [0, []])
@@ -141,7 +142,7 @@ def _finding(rows, members) -> Finding:
     return Finding(
         rule=worst.evidence.rule, verdict=worst.verdict, source=worst.source, site=_site(members),
         parts=tuple(parts), why=worst.evidence.text, evidence_source=worst.evidence.source, fix=_fix(chosen),
-        since=_since(chosen), upstream=_upstream(worst.evidence.rule, worst.verdict, chosen),
+        since=_since(chosen, release), upstream=_upstream(worst.evidence.rule, worst.verdict, chosen, release),
         modules=tuple(dict.fromkeys(m for r in chosen for m in r.modules)),
     )
 
@@ -163,16 +164,20 @@ def _fix(rows) -> str | None:
     return max(dict.fromkeys(remedies), key=remedies.count) if remedies else None
 
 
-def _since(rows) -> str | None:
-    """The release from which every row is native, when each has one."""
-    from opscan.opkey import Release
-
+def _since(rows, release: str | None) -> str | None:
+    """The later release from which every row is native, when each has one (a row native in `release` itself, as
+    predicted, but measured otherwise, has none)."""
     known = [r.since for r in rows]
-    return None if not known or None in known else max(known, key=Release.parse)
+    if not known or None in known:
+        return None
+    since = max(known, key=Release.parse)
+    return since if release is None or Release.parse(since) > Release.parse(release) else None
 
 
-def _upstream(rule: str, verdict: Verdict, rows) -> Upstream:
+def _upstream(rule: str, verdict: Verdict, rows, release: str | None) -> Upstream:
     texts = [t for r in rows for t in (r.evidence.text, r.evidence.source)]
     texts += [t for r in rows for t in ((r.predicted or {}).get("evidence") or {}).values() if isinstance(t, str)]
     issues = [n for r in rows for n in (r.silent or {}).get("issues") or ()]
-    return upstream_of(rule, verdict.value, [r.op.display for r in rows], _since(rows), texts, issues)
+    also = [r.predicted["evidence"]["rule"] for r in rows if (r.predicted or {}).get("evidence", {}).get("rule")]
+    return upstream_of(rule, verdict.value, [r.op.display for r in rows], _since(rows, release), texts, issues, also,
+                       [d for r in rows for d in r.dtypes])

@@ -5,9 +5,9 @@ decide alike.
 
 | kind | when | ISSUE.md |
 |---|---|---|
-| `user-code` | the rule is a bug in the user's code (USER_CODE_RULES: a CPU tensor meeting MPS kernels, device picking) | no |
-| `custom-op` | an op outside torch's namespaces: whose op it is (the scanned code's own, torchvision's, a library's) | no |
-| `documented` | a documented limitation: float64/complex128 (Metal has no 64-bit floats), half-precision FFT, c10d | no |
+| `user-code` | a bug in the user's code (USER_CODE_RULES: a CPU tensor meeting MPS kernels, device picking) | no |
+| `custom-op` | an op outside torch's namespaces: whose op it is (the scanned code's, torchvision's, a library's) | no |
+| `documented` | a documented limitation: float64/complex128 (Metal has no 64-bit floats), half FFT, c10d | no |
 | `fixed` | native in a later covered release (`since`): upgrade instead | no |
 | `check` | `unknown`: opscan cannot decide; measure it on a Mac before reporting anything | no |
 | `known` | the evidence cites PyTorch issues (`pytorch/pytorch #N`; a silent bug's `issues`): link them | no |
@@ -26,7 +26,7 @@ from opscan.opkey import TORCH_NAMESPACES
 TRACKER = 141287  # PyTorch's MPS op-coverage tracking issue (its NotImplementedError asks for a comment there)
 OLD_TRACKER = 77764  # the one torch 2.0-2.5's message names
 ISSUE_URL = "https://github.com/pytorch/pytorch/issues/{}"
-KINDS = ("report", "known", "tracker", "documented", "fixed", "custom-op", "user-code", "check")
+UPSTREAM_KINDS = ("report", "known", "tracker", "documented", "fixed", "custom-op", "user-code", "check")
 # rules whose findings are bugs in the user's code, never PyTorch's: exact ids, and prefixes ending in "-" (issue
 # 33's placement and device-picking findings: a host tensor meeting MPS kernels, `.cuda()`, cuda-else-cpu)
 USER_CODE_RULES = frozenset({"missing-api", "placement-", "host-tensor", "device-"})
@@ -45,7 +45,7 @@ _CITED = re.compile(r"(?:github\.com/pytorch/pytorch/issues/|pytorch/pytorch ?#|
 
 @dataclass(frozen=True)
 class Upstream:
-    """Where a finding goes upstream: `kind` (KINDS), a sentence saying so, and the links to follow instead."""
+    """Where a finding goes upstream: `kind` (UPSTREAM_KINDS), a sentence saying so, and the links to follow instead."""
 
     kind: str
     text: str
@@ -76,18 +76,22 @@ def cited_issues(texts: Iterable[str]) -> tuple[int, ...]:
 
 
 def upstream_of(rule: str, verdict: str, ops: Iterable[str], since: str | None = None, texts: Iterable[str] = (),
-                issues: Iterable[int] = ()) -> Upstream:
+                issues: Iterable[int] = (), also: Iterable[str] = (), dtypes: Iterable[str] = ()) -> Upstream:
     """Where a finding belongs upstream (see the module docstring): `ops` its ops' display names, `texts` its
-    evidence texts and sources (predicted and measured), `issues` the issues its known silent bug lists."""
-    ops = list(ops)
+    evidence texts and sources (predicted and measured), `issues` the issues its known silent bug lists, `also` the
+    rules its rows were predicted by when measured (a probe's rule says less), `dtypes` its rows' dtypes."""
+    ops, rules = list(ops), [rule, *also]
     foreign = [op for op in ops if op.partition("::")[0] not in TORCH_NAMESPACES]
-    if user_code_rule(rule):
+    if any(user_code_rule(r) for r in rules):
         return Upstream("user-code", "a bug in the scanned code, not in PyTorch: fix it at this line; nothing to "
                                      "report upstream")
     if foreign:
-        return _custom(foreign[0], rule)
-    if rule in DOCUMENTED:
-        return Upstream("documented", f"{DOCUMENTED[rule]}: nothing to report upstream")
+        return _custom(foreign[0], next((r for r in rules if r.startswith("target-registration")), rule))
+    documented = next((r for r in rules if r in DOCUMENTED), None)
+    if documented is None and rule == "probe-dtype" and set(dtypes) & {"float64", "complex128"}:
+        documented = "dtype-float64"  # measured: MPS refused a 64-bit dtype
+    if documented:
+        return Upstream("documented", f"{DOCUMENTED[documented]}: nothing to report upstream")
     if since:
         return Upstream("fixed", f"fixed upstream: native from torch {since}; upgrade rather than report it")
     if verdict == "unknown":
@@ -99,10 +103,14 @@ def upstream_of(rule: str, verdict: str, ops: Iterable[str], since: str | None =
         return Upstream("known", "known upstream: " + ", ".join(f"pytorch/pytorch#{n}" for n in numbers)
                         + " — add your case there rather than filing a duplicate",
                         tuple(ISSUE_URL.format(n) for n in numbers))
-    if verdict == "unsupported" or rule in ("no-mps-kernel", "always-cpu"):
+    if verdict == "unsupported" or {"no-mps-kernel", "probe-unsupported"} & set(rules):
         return Upstream("tracker", f"PyTorch collects missing MPS ops on pytorch/pytorch#{TRACKER}: comment there "
                                    "with the op and your use case (its own error message asks for that) rather "
                                    "than filing a new issue", (ISSUE_URL.format(TRACKER),))
+    if {"always-cpu", "probe-cpu-fallback"} & set(rules):
+        return Upstream("tracker", "PyTorch runs this op on the CPU by design (MPSFallback.mm's always-CPU list): ask "
+                                   f"for an MPS kernel on pytorch/pytorch#{TRACKER}, its MPS op-coverage tracker, "
+                                   "rather than filing a new issue", (ISSUE_URL.format(TRACKER),))
     return Upstream("report", "worth reporting to PyTorch: --repro drafts an ISSUE.md with a minimal snippet")
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from opscan.target.user_code import notebook_cell, relative_to
 
 MAX_PLACES = 10
-MAX_TEXT = 160  # characters of a source line kept
+SOURCE_TEXT_MAX = 160  # characters of a source line kept
 
 
 def places(calls, trace_calls, project: str | None) -> tuple[dict[str, Any], ...]:
@@ -59,13 +59,13 @@ def _entry(where, by: str, project: str | None) -> dict[str, Any]:
 
 
 def source_line(file: str | None, line: int | None) -> str | None:
-    """The source line `file`:`line`, stripped and cut to MAX_TEXT characters; None when it cannot be read."""
+    """The source line `file`:`line`, stripped and cut to SOURCE_TEXT_MAX characters; None when it cannot be read."""
     if not file or not line:
         return None
     text = linecache.getline(file, line).strip()
     if not text:
         return None
-    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT - 1] + "…"
+    return text if len(text) <= SOURCE_TEXT_MAX else text[:SOURCE_TEXT_MAX - 1] + "…"
 
 
 def at_text(place: dict[str, Any] | None) -> str:
