@@ -67,8 +67,21 @@ def prepare(options: ScanOptions, ctx=None) -> Prepared:
                         chip=options.chip)
     inputs = [parse_input(t) for t in options.inputs]
     ctx.progress(f"loading {options.target}")
-    target = load_target(options.target, options.args, inputs, _fake_choice(options), ctx)
+    target = built_as_mac(lambda: load_target(options.target, options.args, inputs, _fake_choice(options), ctx))
     return prepare_loaded(target, options, kb, ctx)
+
+
+def built_as_mac(load):
+    """The Target `load()` returns, built as a Mac runs its code — device queries answered as there, its code that
+    picks a device recorded in `Target.device_calls` (trace/device_calls.py) — so that a host with CUDA builds the
+    model a Mac builds."""
+    from opscan.trace.device_calls import BUILD, DeviceCalls, as_mac
+
+    calls = DeviceCalls(BUILD)
+    with as_mac(calls):
+        target = load()
+    calls.imported(target.project)
+    return replace(target, device_calls=calls.calls())
 
 
 def prepare_loaded(target, options: ScanOptions, kb, ctx=None) -> Prepared:

@@ -147,6 +147,8 @@ PROCESS_STATE = {
     "opscan.trace.collector._depth": "nesting of gc.freeze blocks: mirrors the collector's own process-wide state",
     "opscan.trace.hooks._ACTIVE": "the lenses entered: torch's dispatcher registration is process-wide, one per process",
     "opscan.trace.hooks._LIBRARY": "the torch.library.Library registered while a lens is active (process-wide)",
+    "opscan.trace.device_calls._IMPORTED": "cache keyed by a module file: the device calls its module-level code made "
+                                           "when imported, which runs once per process (target/once.py)",
 }
 
 

@@ -41,6 +41,7 @@ from opscan.target.loaders import in_process_loaders, stderr_aside
 from opscan.trace import fake, step
 from opscan.trace.amp import AmpTrace
 from opscan.trace.call_cache import MetaCache
+from opscan.trace.device_calls import STEP, DeviceCalls, as_mac
 from opscan.trace.lens import Lens
 from opscan.trace.questions import Questions
 from opscan.trace.splice import Refused
@@ -164,7 +165,8 @@ def _run(target, method: str, k: int, batch: int, dtype, inference: bool, lens, 
         steer = Steer(release, clock=lambda: tracker.calls)
         mixed = AmpTrace(release, [], meta=method == "meta") if amp is not None else contextlib.nullcontext()
         short = ShortSizing.of(model, repeat)
-        with steer, tracker, mixed, short.running(tracker) if short else contextlib.nullcontext():
+        mac = as_mac(DeviceCalls(STEP, stand_in=_device_of(model)))  # as the trace ran it (device_calls.py)
+        with mac, steer, tracker, mixed, short.running(tracker) if short else contextlib.nullcontext():
             if inference:
                 step.run_inference(model, inputs)
             else:
@@ -180,6 +182,11 @@ def _run(target, method: str, k: int, batch: int, dtype, inference: bool, lens, 
     timeline = without_indices(tracker.timeline(batch * k), steer.pools)
     return Run(batch * k, tuple(v + stand.state for v in curve(timeline)),
                tuple(v + stand.state_bf16 for v in curve(timeline, bf16=True)))
+
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    param = next(iter(model.parameters()), None)
+    return param.device if param is not None else torch.device("cpu")
 
 
 def _standing_in(tracker, excess: int, model: torch.nn.Module):

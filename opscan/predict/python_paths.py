@@ -73,7 +73,8 @@ def release_paths(trace, view: tuple[MpsCall, ...], kb: Knowledge) -> ReleasePat
     installed = kb.installed_release or trace.torch_version
     if table is None or kb.release not in table.releases:
         return ReleasePaths(view, (None,) * len(view), chains, {}, (), kb.release, installed)
-    executed = tuple(dict.fromkeys(u for chain in set(chains) for u in chain if not u.startswith(AMP_MODELLED)))
+    # in step order (a set's order changes run to run, and the notes would with it)
+    executed = tuple(dict.fromkeys(u for chain in chains for u in chain if not u.startswith(AMP_MODELLED)))
     differs = {u for u in executed if not table.covers(u, kb.release) or
                table.hash_in(u, kb.release) != installed_hash(u)}
     paths = tuple(p for p in kb.facts.python_paths if p.from_unit in differs)
@@ -180,7 +181,7 @@ def _bound(table, unit: str, release: str) -> bool:
 def _missing(table, release: str, chains, differs, detected=frozenset()) -> dict:
     """entry unit -> (its API name, the first covered release that has it), for entries absent in `release`."""
     out = {}
-    for chain in set(chains):
+    for chain in dict.fromkeys(chains):  # step order: the notes and rows read the same run to run
         entry = chain[-1] if chain else None
         if entry in differs and not entry.startswith(AMP_MODELLED) and table.covers(entry, release) \
                 and table.hash_in(entry, release) is None and entry not in detected \

@@ -19,6 +19,7 @@ from rich.markup import escape as markup_escape
 from rich.tree import Tree
 
 from opscan.render.console_layout import finding_entry, findings_table, rows_table
+from opscan.render.device_code import device_code_lines
 from opscan.report import Report, Row
 from opscan.report.where import at_text
 from opscan.trust.text import printable
@@ -65,7 +66,7 @@ def render_table(report: Report, *, verbose: bool = False, tree: bool = False, w
         console.print(f"All {len(report.rows)} rows are native" + ("." if verbose else " (-v lists them)."))
     if tree:
         console.print(_module_tree(report))
-    for section in (_transfers, _memory, _upgrade):
+    for section in (_transfers, _memory, _upgrade, _device_code):
         text = section(report)
         if text:
             console.print(text, overflow="fold")
@@ -235,6 +236,11 @@ def _memory(report: Report) -> str:
                   for s in live["suspects"][:3]]
         lines += [f"  {live['hint']}"] if live.get("hint") else []
     return escape("\n".join(lines))
+
+
+def _device_code(report: Report) -> str:
+    """The user's code that picks a device (render/device_code.py), escaped."""
+    return escape("\n".join(device_code_lines(report)))
 
 
 def _lane(report: Report) -> str:

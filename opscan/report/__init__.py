@@ -23,8 +23,8 @@ from opscan.verdict import Classification, Evidence, Source, Verdict
 SCHEMA_VERSION = 4  # 2: lane.why (kind, row, text) and lane.source beside lane.reasons; `source` in every section;
 # mode "simulated"; measurement.simulated; comparisons may be unchecked (within null) or by shape. 3: a row's `where`
 # (the user's lines that made its calls, report/where.py). 4: `findings` (one per cause: the user's line and the
-# rule, report/findings.py), a `where` entry's `text` and `cell`, a row's optional `causes`
-SECTIONS = ("graph", "transfers", "upgrade", "memory", "measurement", "repro")  # optional, in JSON order
+# rule, report/findings.py), a `where` entry's `text` and `cell`, a row's optional `causes`; `device_code`
+SECTIONS = ("graph", "transfers", "upgrade", "memory", "measurement", "repro", "device_code")  # optional, JSON order
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,7 @@ class Report:
     memory: dict[str, Any] | None = None  # the memory estimate and Mac sizing (memory/section.py)
     measurement: dict[str, Any] | None = None  # how the probes ran, measured mode only (probe/reconcile.py)
     repro: dict[str, Any] | None = None  # what the findings' repro scripts need, with --repro (repro/section.py)
+    device_code: dict[str, Any] | None = None  # the user's code that picks a device, as a Mac runs it (device_code.py)
     step_graph: Any = field(default=None, repr=False, compare=False)  # the networkx graph, for GraphML only
 
     @property

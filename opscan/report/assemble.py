@@ -50,8 +50,21 @@ def build_report(prepared, model: str, predicted: list, memory, measurement) -> 
         modules=trace.modules, upgrade={**upgrade.to_dict(), "source": Source.PREDICTED.value},
         memory={**memory, "source": Source.PREDICTED.value} if memory else None,
         measurement=None if measurement is None else {**measurement.section, "disagreements": disagreements(rows)},
-        **graph_stage(trace, view, verdicts, rows, memory, source, prepared.graphs),
+        **_with_device_code(graph_stage(trace, view, verdicts, rows, memory, source, prepared.graphs), target, trace,
+                            kb.release),
     )
+
+
+def _with_device_code(stage: dict[str, Any], target, trace, release: str) -> dict[str, Any]:
+    """The graph stage's keywords with the `device_code` section and its lane reasons (report/device_code.py)."""
+    from opscan.predict.device_code import device_findings
+    from opscan.report.device_code import device_section, with_device_reasons
+
+    calls = (*getattr(target, "device_calls", ()), *getattr(trace, "device_calls", ()))
+    findings = device_findings(calls, release)
+    project = getattr(target, "project", None)
+    return {**stage, "lane": with_device_reasons(stage["lane"], findings, project),
+            "device_code": device_section(findings, project)}
 
 
 def _platform(measurement) -> str | None:

@@ -53,6 +53,9 @@ class Target:
     # of the user's code made (opscan's default step running a library model, trace/frames.py)
     anchor: tuple[str, int, str] | None = None
     project: str | None = None  # the user's project folder: `where` paths are relative to it (target/user_code.py)
+    # trace/device_calls.DeviceCall: the code that picked a device while the target was built (import, factory,
+    # example inputs), when it was built as a Mac runs it (scan.prepare)
+    device_calls: tuple = ()
 
 
 def split_spec(spec: str) -> tuple[str, str]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import random
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -19,6 +21,8 @@ from opscan.opkey import OpKey
 from opscan.target.load import Target
 from opscan.trace import collector, fake, fxnodes, repeat, step
 from opscan.trace.amp import AmpTrace
+from opscan.trace.device_calls import STEP, DeviceCalls, as_mac
+from opscan.trace.frames import Sites
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker
 from opscan.trace.lens import Lens
 from opscan.trace.questions import Questions
@@ -77,9 +81,29 @@ def trace_step(target: Target, options: TraceOptions = TraceOptions(), *,
             return dataclasses.replace(found, notes=(*found.notes, retry.note))
 
 
+def _seed(seed: int) -> None:
+    """Seed every generator a step may draw from — torch's, Python's `random`, NumPy's when the step imported
+    it (transformers' wav2vec2/HuBERT masking draws its span count from NumPy): a step whose shapes depend on
+    random draws traces the same calls run to run, and two scans of one target compare equal."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(seed % 2**32)
+
+
 def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory=None, spans=frozenset(),
            amp=None) -> Trace:
-    torch.manual_seed(options.seed)
+    """The step traced as a Mac runs it: device queries answered as there, its CUDA calls recorded (device_calls.py)."""
+    devices = DeviceCalls(STEP, Sites(target.anchor), torch.device(_device_of(target.model)))
+    with as_mac(devices):
+        found = _trace_as_mac(target, options, has_mps_kernel, expand, memory, spans, amp, devices)
+    return dataclasses.replace(found, device_calls=devices.calls())
+
+
+def _trace_as_mac(target: Target, options: TraceOptions, has_mps_kernel, expand, memory, spans, amp,
+                  devices: DeviceCalls) -> Trace:
+    _seed(options.seed)
     model, inputs = _prepared(target, options)
     gm, fx_info = fxnodes.symbolic(model) if options.fx else (None, FxInfo(False, "disabled (--no-fx)"))
     shortcut = Shortcut.of(model, gm, options.repeat and target.fake is not None)
@@ -101,7 +125,7 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
     with contextlib.ExitStack() as stack:
         tagger = fxnodes.FxNodeTagger(gm, tracker, recorder) if gm is not None else contextlib.nullcontext()
         attached = below.attached() if below is not None else contextlib.nullcontext()
-        mixed = AmpTrace(release, notes, recorder) if amp is not None else contextlib.nullcontext()
+        mixed = AmpTrace(release, notes, recorder, devices=devices) if amp is not None else contextlib.nullcontext()
         for ctx in (tracker, phases, tagger, lens, HostFactories(recorder.storages), mapper, attached, recorder,
                     mixed):
             stack.enter_context(ctx)

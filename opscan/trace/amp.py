@@ -43,8 +43,9 @@ class AmpTrace:
     trace's notes; `recorder` (recorder.py; None in a sizing run) records the findings and is muted while a refused
     call is run again in float32; `meta`: the step runs on meta tensors."""
 
-    def __init__(self, release: Questions, notes: list, recorder=None, meta: bool = False):
+    def __init__(self, release: Questions, notes: list, recorder=None, meta: bool = False, devices=None):
         self.release, self.notes, self.recorder, self.meta = release, notes, recorder, meta
+        self.devices = devices  # device_calls.DeviceCalls: an autocast region made for "cuda" is recorded there
         self.muted = recorder.muted if recorder is not None else contextlib.nullcontext
         self.cache: dict = {}  # autocast's weight cache: id -> (tensor, its cast), cleared on leaving the regions
         self._depth = 0
@@ -99,6 +100,8 @@ class AmpTrace:
     def _init(self, original):
         def __init__(region, device_type, dtype=None, enabled=True, cache_enabled=None):
             literal, where = _call_site(sys._getframe(1), region)
+            if self.devices is not None and str(device_type) == "cuda":
+                self.devices.saw("device-autocast-cuda", _autocast_spelling(region), sys._getframe(1))
             device, dtype, enabled = self._read(str(device_type), dtype, enabled, literal, where)
             original(region, device, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
             region._opscan_read = True
@@ -193,6 +196,11 @@ class AmpTrace:
     def _note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
+
+
+def _autocast_spelling(region) -> str:
+    old = getattr(getattr(torch.cuda, "amp", None), "autocast", None)
+    return "torch.cuda.amp.autocast()" if old is not None and isinstance(region, old) else "torch.autocast('cuda')"
 
 
 def _call_site(frame, region) -> tuple[bool | None, str]:

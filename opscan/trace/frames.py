@@ -28,7 +28,9 @@ passed; a call from the user's own code (a model's `forward`) stops at its calle
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 import sysconfig
 from dataclasses import replace
 
@@ -66,7 +68,7 @@ def unit_of(qualname: str) -> str:
     return qualname.split(".<locals>", 1)[0]
 
 
-def _classify(code) -> tuple[int, str | tuple[str, str] | None, bool]:
+def _classify(code, frame) -> tuple[int, str | tuple[str, str] | None, bool]:
     """(kind, torch unit or (file, qualname) of a frame outside torch or None, whether the code is a nested
     function: a wrapper when it is outermost). A library's file is its path inside site-packages, the user's
     absolute."""
@@ -81,6 +83,9 @@ def _classify(code) -> tuple[int, str | tuple[str, str] | None, bool]:
         if path.startswith(_STDLIB) and "site-packages" not in path:
             return SKIP, None, False
         qualname = getattr(code, "co_qualname", code.co_name)
+        generated = _generated_by_library(frame, path)
+        if generated is not None:
+            return LIBRARY, (generated, qualname), False
         if own_file(path):
             return USER, (path, qualname), False
         return LIBRARY, (installed_part(path) or code.co_filename, qualname), False
@@ -92,6 +97,34 @@ def _classify(code) -> tuple[int, str | tuple[str, str] | None, bool]:
     if rel.startswith(MACHINERY) or unit in MACHINERY_UNITS:
         return SKIP, None, False
     return TORCH, unit, "<locals>" in qualname
+
+
+def _generated_by_library(frame, path: str) -> str | None:
+    """A stable name for code an installed library generated and imported from a file of its own making
+    (torch_geometric's message-passing templates, written to a fresh temporary file per process): the module's
+    dotted name as a path inside the library, marked generated; None for any other code. A file outside
+    site-packages whose module belongs to an installed package is that package's code, not the user's, and its
+    temporary file name would make every report differ from the last."""
+    if installed_part(path) is not None:
+        return None
+    name = frame.f_globals.get("__name__")
+    if not isinstance(name, str) or "." not in name:
+        return None
+    top = name.split(".", 1)[0]
+    package = sys.modules.get(top)
+    origin = getattr(package, "__file__", None) if package is not None else _origin(top)
+    if not isinstance(origin, str) or installed_part(origin) is None:
+        return None
+    return name.replace(".", "/") + ".py (generated)"
+
+
+def _origin(top: str) -> str | None:
+    """The file a top-level package would be imported from (found, not imported), or None."""
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    return spec.origin if spec is not None else None
 
 
 def where(frame) -> tuple[tuple[str, ...], tuple[str, int] | None, tuple | None, tuple | None]:
@@ -106,7 +139,7 @@ def where(frame) -> tuple[tuple[str, ...], tuple[str, int] | None, tuple | None,
         code = frame.f_code
         found = kinds.get(id(code))  # by identity: a code object's own hash reads its whole body
         if found is None or found[3] is not code:
-            found = _KINDS[id(code)] = (*_classify(code), code)
+            found = _KINDS[id(code)] = (*_classify(code, frame), code)
         kind = found[0]
         if kind == TORCH:
             if not chain or chain[-1] != found[1]:
@@ -136,7 +169,7 @@ def _user(frame) -> tuple[tuple | None, tuple | None]:
         code = frame.f_code
         found = kinds.get(id(code))
         if found is None or found[3] is not code:
-            found = _KINDS[id(code)] = (*_classify(code), code)
+            found = _KINDS[id(code)] = (*_classify(code, frame), code)
         kind = found[0]
         if kind == USER:
             return (found[1][0], frame.f_lineno, found[1][1]), via

@@ -128,6 +128,7 @@ class Trace:
     groups: tuple = ()  # lens.Group records: super-op spans seen above the dispatcher
     asked: tuple = ()  # ((question, answer), ...): what the trace asked of its release (questions.py)
     registrations: tuple = ()  # ((OpKey, Registration), ...): custom ops the target registered (registrations.py)
+    device_calls: tuple = ()  # device_calls.DeviceCall: the step's code that picks a device, as a Mac runs it
 
     def findable(self) -> tuple[OpCall, ...]:
         """Top-level calls that are device work (bookkeeping and composite callees excluded)."""

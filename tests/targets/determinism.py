@@ -1,0 +1,77 @@
+"""Test targets for reports that must read the same run to run (tests/test_determinism.py).
+
+`numpy_masked`: the step's shapes depend on NumPy draws (as transformers' wav2vec2/HuBERT time masking does);
+`distributions`: a step through torch.distributions (Python code whose release drift the notes name);
+`generated`: the model calls code an installed library generated into a temporary file of its own (as
+torch_geometric's message-passing templates are).
+"""
+
+import os
+import sys
+import tempfile
+import types
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class _Masked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        keep = int(np.random.randint(2, x.shape[1]))  # a NumPy draw decides a shape
+        return self.proj(x[:, :keep])
+
+
+def numpy_masked():
+    return _Masked(), torch.randn(2, 10, 8)
+
+
+class _Dist(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.loc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        mean = self.loc(x)
+        dist = torch.distributions.Independent(torch.distributions.Normal(mean, torch.ones_like(mean)), 1)
+        return -dist.log_prob(x).mean() + dist.entropy().mean()
+
+
+def distributions():
+    return _Dist(), torch.randn(3, 4)
+
+
+_TEMPLATE = "import torch\n\ndef collect(x):\n    return torch.relu(x) * 2\n"
+
+
+def _generated_module():
+    """A module named inside an installed package (transformers), its code in a fresh temporary file."""
+    name = "transformers._opscan_generated_collect"
+    module = sys.modules.get(name)
+    if module is None:
+        fd, path = tempfile.mkstemp(prefix="transformers_generated_", suffix=".py")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(_TEMPLATE)
+        module = types.ModuleType(name)
+        module.__file__ = path
+        exec(compile(_TEMPLATE, path, "exec"), module.__dict__)
+        sys.modules[name] = module
+    return module
+
+
+class _UsesGenerated(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.collect = _generated_module().collect
+
+    def forward(self, x):
+        return self.collect(self.lin(x))  # the user's line
+
+
+def generated():
+    return _UsesGenerated(), torch.randn(2, 4)
