@@ -61,33 +61,42 @@ def findings_by_op(report: dict) -> dict[str, list[dict]]:
 
 
 def causes(report: dict) -> list[Cause]:
-    """The report's causes, one per first op (its `findings`, most severe first); a report written before schema 4
-    (no `findings`) gets one per repro finding row, judged by report/upstream.py from the row alone."""
+    """The report's causes, one per first op (its `findings`, most severe first), then one per repro finding row no
+    finding holds (a row native on MPS that failed where it was measured, on cpu or cuda), judged by
+    report/upstream.py from the row alone — as every row of a report written before schema 4 (no `findings`)."""
+    rows = [f for f in report["repro"]["findings"] if isinstance(f.get("row"), int)]
     found = report.get("findings")
-    if not isinstance(found, list):
-        return [_row_cause(report, f) for f in report["repro"]["findings"] if isinstance(f.get("row"), int)]
+    listed = [Cause(f["parts"][0]["op"], tuple(p["row"] for p in f["parts"]), (f["site"],) if f.get("site") else (),
+                    f["upstream"]) for f in (found if isinstance(found, list) else [])]
+    covered = {r for cause in listed for r in cause.rows}
+    return list(_merged([*listed, *(_row_cause(report, f) for f in rows if f["row"] not in covered)]).values())
+
+
+def _merged(found: list[Cause]) -> dict[str, Cause]:
+    """One cause per first op (one ISSUE.md per folder): the same first op at other lines or with other dtype
+    signatures joins the first, reported when any of them is worth it."""
     merged: dict[str, Cause] = {}
-    for finding in found:
-        rows = tuple(p["row"] for p in finding["parts"])
-        op, upstream = finding["parts"][0]["op"], finding["upstream"]
-        site = (finding["site"],) if finding.get("site") else ()
-        old = merged.get(op)
+    for cause in found:
+        old = merged.get(cause.op)
         if old is None:
-            merged[op] = Cause(op, rows, site, upstream)
-        else:  # the same first op at another line: one ISSUE.md, reported when any of its findings is worth it
-            better = old.upstream if old.upstream.get("issue") or not upstream.get("issue") else upstream
-            merged[op] = Cause(op, tuple(dict.fromkeys(old.rows + rows)), old.sites + site, better)
-    return list(merged.values())
+            merged[cause.op] = cause
+            continue
+        better = old.upstream if old.upstream.get("issue") or not cause.upstream.get("issue") else cause.upstream
+        merged[cause.op] = Cause(cause.op, tuple(dict.fromkeys(old.rows + cause.rows)), old.sites + cause.sites,
+                                 better)
+    return merged
 
 
 def _row_cause(report: dict, finding: dict) -> Cause:
     from opscan.report.upstream import upstream_of
 
     row = report["ops"][finding["row"]]
-    evidence = row.get("evidence") or {}
+    evidence, verdict = row.get("evidence") or {}, row.get("verdict")
+    if verdict == "native" and isinstance(row.get("measured"), dict):  # what failed is where it was measured
+        evidence, verdict = row["measured"], row["measured"].get("verdict")
     texts = [evidence.get("text"), evidence.get("source")]
     predicted = ((row.get("predicted") or {}).get("evidence") or {}).get("rule")
-    found = upstream_of(str(evidence.get("rule")), str(row.get("verdict")), [finding["op"]], _later(report, row), texts,
+    found = upstream_of(str(evidence.get("rule")), str(verdict), [finding["op"]], _later(report, row), texts,
                         (row.get("silent") or {}).get("issues") or (), [predicted] if predicted else (),
                         row.get("dtypes") or ())
     sites = tuple(p for p in row.get("where") or () if isinstance(p, dict))
@@ -150,8 +159,8 @@ def _scripts(report: dict, grouped: dict[str, list[dict]], device: str, rows: se
                 if call.get("unbuildable"):
                     continue
                 number += 1
-                if rows is not None and finding.get("row") not in rows:
-                    continue
+                if rows is not None and isinstance(finding.get("row"), int) and finding["row"] not in rows:
+                    continue  # (a finding without a row number, from an edited report, is always written)
                 path = f"{folder}/repro_{number}.py"
                 files[path] = script_text(report, finding, call, f"repro_{number}.py", device)
                 by_row.setdefault(finding.get("row"), []).append((path, files[path], call))

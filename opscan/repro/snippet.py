@@ -31,9 +31,8 @@ PACKED = {"int64": "q", "int32": "i", "int16": "h", "int8": "b", "uint8": "B", "
           "float32": "f", "float16": "e"}
 INLINE_VALUES = 12  # integer tensors of at most this many recorded values are written out
 # the device must exist here, else exit 2 "cannot run here" (off a Mac there is no MPS: nothing reproduces there)
-AVAILABLE = ['if device != "cpu" and not (torch.backends.mps if device == "mps" else torch.cuda).is_available():',
-             '    sys.exit(print(f"cannot run here: no {device} on this machine (MPS needs a Mac with Apple Silicon)") '
-             'or 2)']
+MISSING_DEVICE = 'device != "cpu" and not (torch.backends.mps if device == "mps" else torch.cuda).is_available()'
+NO_DEVICE = "no {device} on this machine (MPS needs a Mac with Apple Silicon)"
 # PyTorch's CPU-fallback warning, as probe/comparison.py recognises it (its tail: no quote or group to escape)
 FALLBACK_TAIL = ".*" + FALLBACK_WARNING.pattern.rpartition(" and ")[2]
 
@@ -59,22 +58,23 @@ def snippet_text(call: dict, device: str = "mps") -> str | None:
 
 
 def _missing_check(op: str) -> list[str]:
-    """For an operator outside torch's own namespaces: exit 2 ("cannot run here", as the scripts) when this
-    process has not registered it (import the code that defines it first)."""
+    """Exit 2 ("cannot run here", as the scripts) where the device is missing — and, for an operator outside torch's
+    own namespaces, when this process has not registered it (import the code that defines it first)."""
     namespace, _, rest = op.partition("::")
     if namespace in TORCH_NAMESPACES:
-        return []
+        return [f"if {MISSING_DEVICE}:", f'    sys.exit(print(f"cannot run here: {NO_DEVICE}") or 2)']
     name = rest.partition(".")[0]
-    return [f'if not hasattr(torch.ops.{namespace}, "{name}"):  # registered by the scanned code: import it first',
-            f'    sys.exit(print("cannot run here: this process has no operator {namespace}::{name}") or 2)']
+    return [f'if not hasattr(torch.ops.{namespace}, "{name}") or {MISSING_DEVICE}:  # import the scanned code first',
+            f'    sys.exit(print(f"cannot run here: this process has no operator {namespace}::{name}, or {NO_DEVICE}")'
+            " or 2)"]
 
 
 def _lines(tensors: list[tuple[str, str]], names: list[str], expr: str, uses_f: bool, compared: bool,
            check: list[str], pack: bool, device: str) -> list[str]:
     imports = "import sys, warnings, torch" + (", torch.nn.functional as F" if uses_f else "")
-    head = [imports, f'device = sys.argv[1] if len(sys.argv) > 1 else "{device}"', *AVAILABLE,
+    head = [imports, f'device = sys.argv[1] if len(sys.argv) > 1 else "{device}"', *check,
             f'warnings.filterwarnings("error", "{FALLBACK_TAIL}")  # PyTorch\'s CPU-fallback warning raises',
-            *check, "torch.manual_seed(0)"]
+            "torch.manual_seed(0)"]
     built = [f"{n} = {t}" + (f"  # the step's had strides {note}" if note else "") for n, (t, note) in
              zip(names, tensors)]
     if pack and len(built) > 1:
