@@ -34,6 +34,20 @@ def pytest_unconfigure(config):
     shutil.rmtree(os.environ["XDG_STATE_HOME"], ignore_errors=True)
 
 
+# `pytest -m quick`: the fast part of the suite (the spine, the knowledge base's rules, the renderers, the report
+# schema, the docs and the layering; no model is traced): about a minute, against the full suite's ten (README)
+QUICK = frozenset({"test_render.py", "test_schema.py", "test_docs.py", "test_layering.py", "test_knowledge.py",
+                   "test_kb_releases.py", "test_classify.py", "test_probe_texts.py", "test_probe_units.py",
+                   "test_trust_units.py"})
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests of the QUICK files `quick`."""
+    for item in items:
+        if item.path.name in QUICK:
+            item.add_marker(pytest.mark.quick)
+
+
 def pytest_addoption(parser):
     """`pytest --update-golden` rewrites tests/golden/* from the current output instead of comparing."""
     parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/* from current output")

@@ -261,6 +261,13 @@ def test_no_issue_md_for_float64_a_custom_op_or_a_known_issue(tricky_out):
     assert issues == []
     assert sorted(p.name for p in (out / "repro" / "aten_copy_").iterdir()) == ["repro_1.py", "repro_2.py",
                                                                                  "repro_3.py"]
+    # a draft's Versions, off a Mac: the release the verdicts were predicted for, never this machine's own build
+    from opscan.repro import render_files
+
+    data = json.loads((out / "report.json").read_text())
+    versions = render_files(data, every_finding=True)["repro/aten_take/ISSUE.md"].split("### Versions")[1]
+    assert f"- torch: predicted for torch {data['assumptions']['torch_release']}:" in versions
+    assert data["environment"]["torch"] not in versions
 
 
 def test_force_color_colours_piped_output(capsys, monkeypatch, tmp_path):
@@ -298,3 +305,34 @@ def test_a_snippet_run_off_a_mac_exits_2_and_says_why(tmp_path):
     assert re.fullmatch(r"cannot run here: no mps on this machine .*\n", off_mac.stdout)
     on_cpu = subprocess.run([sys.executable, str(path), "cpu"], capture_output=True, text=True, env=env, timeout=300)
     assert on_cpu.returncode == 0 and "agreed with the CPU" in on_cpu.stdout
+
+
+# --- upgrade advice ----------------------------------------------------------------------------------------------
+
+NAMED = re.compile(r"(?:upgrade to|upgrade:|fixes it|native from|from) torch (\d+\.\d+(?:\.\d+)?)")
+
+
+def covered(release: str) -> bool:
+    from opscan.knowledge.entry import load_store
+
+    releases = {line.release for line in load_store().index}
+    return release in releases or any(r.startswith(release + ".") for r in releases)
+
+
+def test_upgrade_advice_names_only_releases_opscan_covers():
+    # every text a remedy, a fix or the upgrade advice is made from: the knowledge base's data and the predict stage
+    sources = [*(REPO / "opscan" / "knowledge").glob("*.yaml"), *(REPO / "opscan" / "predict").glob("*.py")]
+    named = {(path.name, m.group(1)) for path in sources for m in NAMED.finditer(path.read_text(encoding="utf-8"))}
+    assert named and [n for n in named if not covered(n[1])] == []
+    from opscan.knowledge.silent_bugs import load_bugs
+
+    assert all(covered(bug.fixed_in) for bug in load_bugs()[1] if bug.fixed_in)
+    # and what a scan says: a step judged for torch 2.0.0, whose rows are native later
+    from opscan.scan import ScanOptions, scan
+
+    report = scan(ScanOptions(f"{REPO / 'tests' / 'targets' / 'tiny.py'}:build_model", torch_version="2.0.0",
+                              memory=False))
+    texts = [report.upgrade["text"], *(f.fix or "" for f in report.findings),
+             *(f.upstream.text for f in report.findings), *(r.remedy or "" for r in report.rows)]
+    said = {m.group(1) for text in texts for m in NAMED.finditer(text)}
+    assert all(covered(release) for release in said), said
