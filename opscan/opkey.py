@@ -1,5 +1,6 @@
-"""Shared: `OpKey`, the one spelling of an operator overload used by every stage, and `Release`, the one
-reading of a torch release ("2.14.1", the series "2.14", a local build "2.14.1+cu130").
+"""Shared: `OpKey`, the one spelling of an operator overload used by every stage; `Release`, the one
+reading of a torch release ("2.14.1", the series "2.14", a local build "2.14.1+cu130"); `ReleaseRange`, the one
+reading of the releases a knowledge entry applies to; `parse_macos`, the one reading of a macOS version.
 
 | where                        | spelling                                   |
 |------------------------------|--------------------------------------------|
@@ -148,3 +149,81 @@ class Release:
 
     def __str__(self) -> str:
         return self.plain + (f"+{self.local}" if self.local else "")
+
+
+@dataclass(frozen=True)
+class ReleaseRange:
+    """The releases a knowledge entry applies to: spans from a first to a last release, both inclusive. An end
+    spelled as a series reaches, as the last, every patch release of it ("2.8": up to 2.8.x) and starts, as the
+    first, at its first one.
+
+    `ReleaseRange.parse` reads the knowledge files' spellings: "2.5.0..2.8.0" (expectation_conditions.yaml,
+    composite_paths.yaml), one release or series, and a list of those (kernel_rules.yaml's `releases`:
+    ["2.3.1", "2.4"] is 2.3.1 and every 2.4.x); `between(first, last)` builds silent_bugs.yaml's `affected` pair.
+    A malformed one is a ValueError."""
+
+    spans: tuple[tuple[Release, Release], ...]
+
+    def __post_init__(self) -> None:
+        if not self.spans:
+            raise ValueError("an empty release range")
+
+    @classmethod
+    def parse(cls, value, *, series: bool = False) -> ReleaseRange:
+        """"A..B", "A" or a list of those (`series`: every end must be a series "X.Y")."""
+        items = value if isinstance(value, (list, tuple)) else [value]
+        spans = []
+        for item in items:
+            first, dots, last = str(item).partition("..")
+            spans += cls.between(first, last if dots else first, series=series).spans
+        return cls(tuple(spans))
+
+    @classmethod
+    def between(cls, first: str, last: str, *, series: bool = False) -> ReleaseRange:
+        """The releases from `first` to `last` (each "X.Y" or "X.Y.Z"); ValueError when `last` comes before."""
+        low, high = _range_end(first, series), _range_end(last, series)
+        if not _at_most(low, high):
+            raise ValueError(f"release range {first}..{last} ends before it starts")
+        return cls(((low, high),))
+
+    def covers(self, release: str | Release) -> bool:
+        """Whether `release` is in the range."""
+        r = release if isinstance(release, Release) else Release.parse(release)
+        return any(low <= r and _at_most(r, high) for low, high in self.spans)
+
+    @property
+    def first(self) -> Release:
+        """The earliest release the range starts at."""
+        return min(low for low, _ in self.spans)
+
+    def __str__(self) -> str:
+        return ", ".join(str(a) if a == b and len(a.numbers) == len(b.numbers) else f"{a}..{b}"
+                         for a, b in self.spans)
+
+
+def _range_end(text: str, series: bool) -> Release:
+    release = Release.parse(str(text).strip())
+    if release.local or len(release.numbers) not in ((2,) if series else (2, 3)):
+        raise ValueError(f"not a series: {text!r}" if series else f"not a release or series: {text!r}")
+    return release
+
+
+def _at_most(release: Release, last: Release) -> bool:
+    """`release` <= `last`, a series `last` taking in every patch release of it."""
+    return release.series_key <= last.numbers if len(last.numbers) == 2 else release.numbers <= last.numbers
+
+
+Macos = tuple[int, int]
+
+
+def parse_macos(text: str) -> Macos:
+    """"14.4" / "15" -> (14, 4) / (15, 0); ValueError otherwise."""
+    major, _, minor = str(text).strip().partition(".")
+    if not major.isdigit() or not (minor or "0").isdigit():
+        raise ValueError(f"not a macOS version: {text!r}")
+    return int(major), int(minor or 0)
+
+
+def macos_text(version: Macos) -> str:
+    """(14, 4) -> "14.4"."""
+    return ".".join(map(str, version))

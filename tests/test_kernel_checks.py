@@ -14,7 +14,7 @@ import pytest
 from opscan.knowledge import load_knowledge
 from opscan.knowledge.kernel_checks import expand, kind_of, load_checks, parse_checks, ranges
 from opscan.knowledge.conditions import TensorArg, compile_when
-from opscan.knowledge.kernel_rules import load_rules, rule_for
+from opscan.knowledge.kernel_rules import load_kernel_rules, rule_for
 from opscan.opkey import OpKey
 from opscan.predict.runtime_checks import CallArgs
 from opscan.predict.rules import predict_op
@@ -133,7 +133,7 @@ def test_every_release_has_its_checks_and_every_rule_its_check():
     counts = {r: checks.count(r) for r in checks.releases}
     assert all(n > 250 for n in counts.values()), counts  # every release's MPS sources have hundreds
     assert counts["2.14.1"] > counts["2.0.0"]  # the backend grew
-    rules = load_rules()
+    rules = load_kernel_rules().rules
     for rule in rules:
         assert any(rule_for(c, rules) is rule for c in checks.checks), rule.id
     lstm = next(c for c in checks.checks if c.message.startswith("LSTM with projections"))

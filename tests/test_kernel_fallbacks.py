@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from opscan.knowledge.kernel_rules import RULES_PATH, load_fallbacks, parse_fallbacks
+from opscan.knowledge.kernel_rules import RULES_PATH, load_kernel_rules, parse_kernel_rules
 from opscan.scan import ScanOptions, scan
 from opscan.verdict import Verdict
 
@@ -98,8 +98,8 @@ def test_a_fallback_must_name_real_releases_and_a_source():
     good = yaml.safe_load(Path(RULES_PATH).read_text(encoding="utf-8"))["fallbacks"][0]
     for bad in ({**good, "releases": ["2.4.x"]}, {**good, "source": " "}, {**good, "extra": 1}):
         with pytest.raises(ValueError):
-            parse_fallbacks(yaml.safe_dump({"fallbacks": [bad]}))
-    assert parse_fallbacks(yaml.safe_dump({"fallbacks": [good]}))[0].covers("2.4.1")
+            parse_kernel_rules(yaml.safe_dump({"fallbacks": [bad]}))
+    assert parse_kernel_rules(yaml.safe_dump({"fallbacks": [good]})).fallbacks[0].releases.covers("2.4.1")
 
 
 def _needle(message: str) -> bytes:
@@ -115,8 +115,8 @@ def _needle(message: str) -> bytes:
 def test_each_message_is_in_the_dylib_of_exactly_the_releases_its_rules_cover(release):
     data = (DYLIBS / release / "torch" / "lib" / "libtorch_cpu.dylib").read_bytes()
     covered: dict[bytes, bool] = {}
-    for rule in load_fallbacks():
-        covered[_needle(rule.message)] = covered.get(_needle(rule.message), False) or rule.covers(release)
+    for rule in load_kernel_rules().fallbacks:
+        covered[_needle(rule.message)] = covered.get(_needle(rule.message), False) or rule.releases.covers(release)
     assert {needle: needle in data for needle in covered} == covered
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -12,11 +13,11 @@ import yaml
 from opscan.knowledge import KnowledgeError, default_yaml_path, installed_release, load_knowledge
 from opscan.knowledge.common_mps import installed_path, load_common_mps, opinfo_candidates
 from opscan.knowledge.facts import load_facts, load_torchvision, parse_facts
-from opscan.knowledge.kernel_rules import RULES_PATH, load_size_rules, parse_size_rules
+from opscan.knowledge.kernel_rules import RULES_PATH, load_kernel_rules, parse_kernel_rules
 from opscan.predict.runtime_checks import note_from_shapes, size_rule_fires
 from opscan.knowledge.sources import op_record
 from opscan.knowledge.yaml_index import essential_lines, index_entries
-from opscan.opkey import OpKey, Release
+from opscan.opkey import OpKey, Release, ReleaseRange, macos_text, parse_macos
 
 INSTALLED = installed_release()
 K = OpKey.parse
@@ -206,7 +207,7 @@ def _raw_facts() -> dict:
 
 
 @pytest.mark.parametrize("breakage, message", [
-    (lambda r: r["always_cpu"][0].pop("source"), "lacks"),
+    (lambda r: r["always_cpu"][0].pop("source"), r"missing \['source'\]"),
     (lambda r: r["always_cpu"][1]["releases"].append("2.0"), "repeated"),
     (lambda r: r["min_macos"].pop(), "min_macos covers"),
     (lambda r: r["always_cpu"][0]["ops"].append("not an op"), "not a valid operator"),
@@ -233,6 +234,32 @@ def test_a_release_parses_compares_and_prints_in_one_place():
     for bad in ("2", "2.x", "nightly", "2.14.1rc1", ""):
         with pytest.raises(ValueError, match="not a torch release"):
             Release.parse(bad)
+
+
+def test_a_release_range_is_read_in_one_place_from_each_spelling():
+    listed = ReleaseRange.parse(["2.3.1", "2.4"])  # kernel_rules.yaml: exact releases and whole series
+    assert [r for r in ("2.3.0", "2.3.1", "2.4.0", "2.4.1", "2.5.0") if listed.covers(r)] == ["2.3.1", "2.4.0", "2.4.1"]
+    dotted = ReleaseRange.parse("2.5.0..2.8.0")  # expectation_conditions.yaml, composite_paths.yaml
+    assert (dotted.covers("2.4.1"), dotted.covers("2.5.0"), dotted.covers("2.8.0"), dotted.covers("2.8.1")) == \
+        (False, True, True, False)
+    pair = ReleaseRange.between("2.8.0", "2.11")  # silent_bugs.yaml's `affected`: a series last takes its patches
+    assert (pair.covers("2.7.1"), pair.covers("2.8.0"), pair.covers("2.11.3"), pair.covers("2.12.0")) == \
+        (False, True, True, False)
+    assert str(pair.first) == "2.8.0" and pair.covers(Release.parse("2.9.1+cu130")) and str(listed) == "2.3.1, 2.4"
+    assert ReleaseRange.parse("2.4") == ReleaseRange.parse(["2.4"]) == ReleaseRange.between("2.4", "2.4")
+    for bad in ("2.4.x", "2.8.0..2.7", "2.14.1+cu130", "2.1.0.1", [], "2"):
+        with pytest.raises(ValueError):
+            ReleaseRange.parse(bad)
+    with pytest.raises(ValueError, match="not a series"):
+        ReleaseRange.parse(["2.14", "2.14.1"], series=True)
+
+
+def test_a_macos_version_is_read_in_one_place():
+    assert (parse_macos("14.4"), parse_macos("15"), parse_macos(" 26.0 ")) == ((14, 4), (15, 0), (26, 0))
+    assert macos_text((14, 4)) == "14.4"
+    for bad in ("sonoma", "14.x", "", "-1"):
+        with pytest.raises(ValueError, match="not a macOS version"):
+            parse_macos(bad)
 
 
 # --- torchvision.yaml ------------------------------------------------------------------------
@@ -275,7 +302,7 @@ def test_opinfo_candidates_by_name():
 
 
 def _size_rule(rule_id: str):
-    rule = next(r for r in load_size_rules() if r.id == rule_id)
+    rule = next(r for r in load_kernel_rules().size_rules if r.id == rule_id)
     return lambda note: size_rule_fires(rule, note)
 
 
@@ -290,7 +317,67 @@ def test_bad_size_rules_fail_fast():
         broken = yaml.safe_load(yaml.safe_dump(raw))
         breakage(broken)
         with pytest.raises(ValueError, match=message):
-            parse_size_rules(yaml.safe_dump(broken))
+            parse_kernel_rules(yaml.safe_dump(broken))
+
+
+@pytest.mark.parametrize("section", ["rules", "patterns", "size_rules", "fallbacks"])
+def test_kernel_rules_keys_are_the_fields_of_their_dataclass(section):
+    from opscan.knowledge.schema import entry_keys
+
+    with open(RULES_PATH, encoding="utf-8") as fh:
+        raw = yaml.safe_load(fh)
+    entry = raw[section][0]
+    cls = type(getattr(load_kernel_rules(), section)[0])
+    required, allowed = entry_keys(cls)
+    assert "code" not in allowed and "first_tensor" not in allowed  # derived on load, never spelled
+    assert required <= set(entry) <= allowed
+    for broken, message in [({**entry, "sorce": "typo"}, "unknown \\['sorce'\\]"),
+                            ({k: v for k, v in entry.items() if k != "when"}, "missing \\['when'\\]"),
+                            ({**entry, "code": "x"}, "unknown \\['code'\\]")]:
+        with pytest.raises(ValueError, match=message):
+            parse_kernel_rules(yaml.safe_dump({section: [broken]}))
+    with pytest.raises(ValueError, match="repeated"):
+        parse_kernel_rules(yaml.safe_dump({section: [entry, entry]}))
+
+
+def _via_file(load):
+    def parse(raw, tmp_path):
+        path = tmp_path / "file.yaml"
+        path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+        return load.__wrapped__(str(path))
+    return parse
+
+
+def _knowledge_files():
+    from opscan.knowledge import composite_paths, expectations, facts, py_drift, silent_bugs
+
+    here = os.path.dirname(facts.FACTS_PATH)
+    text = lambda parse: lambda raw, _: parse(yaml.safe_dump(raw))  # noqa: E731
+    plain = lambda parse: lambda raw, _: parse(raw)  # noqa: E731
+    return [("kernel_rules.yaml", section, text(parse_kernel_rules))
+            for section in ("rules", "patterns", "size_rules", "fallbacks")] + [
+        ("composite_paths.yaml", "paths", _via_file(composite_paths.load_composite_paths)),
+        ("composite_paths.yaml", "sparse_paths", _via_file(composite_paths.load_composite_paths)),
+        ("expectation_conditions.yaml", "conditions", _via_file(expectations.load_conditions)),
+        ("silent_bugs.yaml", "entries", text(silent_bugs.parse_bugs)),
+        ("torchvision.yaml", "ops", plain(facts.parse_torchvision)),
+        ("py_review.yaml", "same_ops", plain(py_drift.parse_py_review)),
+    ] + [("facts.yaml", section, plain(parse_facts)) for section in (
+        "always_cpu", "error_stubs", "min_macos", "dtype_limits", "earlier_paths", "device_branches",
+        "distributed")], here
+
+
+@pytest.mark.parametrize("case", range(len(_knowledge_files()[0])))
+def test_every_knowledge_file_refuses_a_key_its_dataclass_lacks(case, tmp_path):
+    files, here = _knowledge_files()
+    name, section, parse = files[case]
+    with open(os.path.join(here, name), encoding="utf-8") as fh:
+        raw = yaml.safe_load(fh)
+    parse(raw, tmp_path)  # the shipped file loads
+    entry = raw[section] if isinstance(raw[section], dict) else raw[section][0]
+    entry["sourse"] = "a misspelt key"  # read as absent before: now refused, naming the file and the key
+    with pytest.raises(ValueError, match=rf"{name}: bad .*unknown \['sourse'\]"):
+        parse(raw, tmp_path)
 
 
 def test_adaptive_pool_checks():

@@ -172,12 +172,12 @@ def test_every_condition_quotes_its_entry_comment_in_each_release():
     conditions = load_conditions()
     assert conditions
     for condition in conditions:
-        covered = [r for r in releases if condition.covers(r)]
+        covered = [r for r in releases if condition.releases.covers(r)]
         assert covered, condition
         for release in covered:
             lists = load_knowledge(release=release).common_mps
             assert lists.note(condition.list, condition.opinfo) == condition.comment, (release, condition.opinfo)
-        before = [r for r in releases if Release.parse(r).numbers < Release.parse(condition.first).numbers]
+        before = [r for r in releases if Release.parse(r) < condition.releases.first]
         assert all(load_knowledge(release=r).common_mps is None or
                    load_knowledge(release=r).common_mps.note(condition.list, condition.opinfo) != condition.comment
                    for r in before)
@@ -283,7 +283,7 @@ def test_without_arguments_every_path_bounds_the_verdict():
 def test_the_least_severe_path_decides_and_a_possibly_native_path_decides_nothing(monkeypatch):
     from opscan.knowledge import load_knowledge
     from opscan.knowledge.composite_paths import CompositePaths, Path
-    from opscan.opkey import OpKey
+    from opscan.opkey import OpKey, ReleaseRange
     from opscan.predict import paths
     from opscan.predict.rules import predict_op
 
@@ -291,8 +291,7 @@ def test_the_least_severe_path_decides_and_a_possibly_native_path_decides_nothin
     op = OpKey.parse("aten::_embedding_bag_backward")
 
     def crafted(*calls):
-        entry = CompositePaths(op.yaml_name, "2.0.0", "2.0.0", (), tuple(Path(c, None, None, None) for c in calls),
-                               "crafted")
+        entry = CompositePaths(op.yaml_name, ReleaseRange.parse("2.0.0"), tuple(Path(c) for c in calls), "crafted")
         monkeypatch.setattr(paths, "paths_for", lambda name, release: entry if name == op.yaml_name else None)
         return predict_op(op, ("float32",), kb)
 

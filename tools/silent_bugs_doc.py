@@ -1,5 +1,6 @@
-"""Write docs/silent-bugs.md: the knowledge base of MPS silent-correctness bugs (opscan/knowledge/silent_bugs.yaml)
-and every triaged report that is not an entry, with the reason (tools/silent/triage.yaml).
+"""Write docs/silent-bugs.md: the knowledge base of MPS silent-correctness bugs (opscan/knowledge/silent_bugs.yaml),
+its measured recall (tools/silent/recall.json, written by tools/silent/recall.py), the triage's searches and every
+triaged report with its outcome and reason (tools/silent/triage.yaml).
 
     python tools/silent_bugs_doc.py [--check]
 
@@ -18,6 +19,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 TRIAGE = ROOT / "tools" / "silent" / "triage.yaml"
+RECALL = ROOT / "tools" / "silent" / "recall.json"
 DOC = ROOT / "docs" / "silent-bugs.md"
 
 HEAD = """# Known MPS silent-correctness bugs
@@ -47,14 +49,18 @@ lifted for it, and its note says so), keeps every recorded stride, storage offse
 repro scripts; measured on a Mac that does not reproduce an entry, the row keeps both and `silent.not_reproduced`
 names the macOS and chip.
 
-**How the releases were established.** The fixing release is the first whose release branch was cut after the
-fixing PR merged (branch cuts from PyTorch's release-tracker issues), unless the thread shows a cherry-pick into an
-earlier branch or a maintainer names the release; where a PR merged within a day of a cut, the earlier release is
-taken as fixed and the entry says so. The first affected release is the release that shipped the change named as
-the cause (e.g. #128393, the strided MPSNDArray API of 2.5 behind several macOS-15-only bugs), else the earliest
-release a reporter verified, else the release current when the bug was reported. Each entry's `established` says
-which, and `confidence` how sure it is. Patch releases of an affected series are taken as affected unless a
-cherry-pick was seen.
+**How the releases were established.** Against PyTorch's release calendar (tools/silent/releases.yaml: each
+series' branch cut and release day, from the release-tracker issues), by rules tools/silent/establish.py applies
+and checks: the fixing release is the first whose branch was cut after the fixing PR merged (an entry's
+`fix_merged`; a merge on the cut's own day counts for the next release), unless the thread shows a cherry-pick into
+an earlier branch or a maintainer names the release. The first affected release is the release that shipped the
+change named as the cause (e.g. #128393, the strided MPSNDArray API of 2.5 behind several macOS-15-only bugs), or
+the first release whose wheel gives the op an MPS kernel (opscan's per-release records), else the earliest release a
+reporter verified, else the release current on the day it was reported (`reported`). Where the fixing PR was not
+read, the fix is taken as landed before the first branch cut after the report (the regression test that cites the
+issue shows a fix landed) and the entry says so, with low confidence. Each entry's `established` says which rule
+gave what, and `confidence` how sure it is ({confidence}). Patch releases of an affected series are taken as
+affected unless a cherry-pick was seen.
 
 **What no entry can promise.** The base holds only bugs someone reported or a regression test pinned: a clean row
 means "no known entry matches", not "correct" — most MPS silent bugs were found by users months after a release.
@@ -64,6 +70,12 @@ torch release (#180201 came back on the macOS 27 beta); a release boundary infer
 one release; a threshold is the one reported, and a bug reported at 2**32 elements may start earlier for other
 shapes. Measured mode on a real Apple Silicon Mac is the check; a virtual Mac (GitHub's hosted macOS runners) is
 not one, and its measurements never stand for MPS.
+
+**Settling an entry on a Mac.** tools/silent/probe_set.py is a target whose step makes the reporters' repro calls
+of the entries a measurement can decide (its `SETTLE` names each entry and the torch releases and macOS to run it
+on): `opscan bundle tools/silent/probe_set.py:forward_set --inference` and `... :training_set`, run on the Mac once
+per release in question ([bundle.md](bundle.md)); a `mismatch` where an entry says clean, or a clean row where it
+says affected, corrects the entry.
 
 **Where the trace and MPS differ.** The conditions read strides and offsets recorded on the CPU. A tensor the step
 is given (parameters, buffers, inputs) is copied to MPS by `.to("mps")`, which starts it at offset 0, so offsets are
@@ -77,8 +89,8 @@ high-level calls (linear, attention) carry their own arguments' strides, offsets
 
 ## Entries ({entries})
 
-| id | ops | condition | affected | fixed | macOS / chip | confidence |
-|---|---|---|---|---|---|---|
+| id | ops | condition | reported | affected | fixed | macOS / chip | confidence |
+|---|---|---|---|---|---|---|---|
 """
 
 
@@ -86,35 +98,78 @@ def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+OUTCOMES = {
+    "entry": "one of the entries above (duplicates and companion issues folded into theirs)",
+    "not an entry": "encodable, but kept out for the reason given (an unconfirmed claim, a limit of the binder or "
+                    "of another rule, or a regression test whose origin no search found)",
+    "not encodable": "no condition on a traced call decides it (value-, state- or timing-dependent, an unclear "
+                     "condition, a property the trace does not record)",
+    "out of scope": "not silent (an error or a crash), fixed before 2.0.0, never shipped in a release, or not MPS",
+}
+
+
 def render() -> str:
     from opscan.knowledge.silent_bugs import load_bugs
 
     bugs = load_bugs()[1]
-    triage = yaml.safe_load(TRIAGE.read_text(encoding="utf-8"))["records"]
-    lines = [HEAD.replace("{entries}", str(len(bugs))).rstrip("\n")]
+    data = yaml.safe_load(TRIAGE.read_text(encoding="utf-8"))
+    triage = data["records"]
+    confidence = Counter(b.confidence for b in bugs)
+    head = HEAD.replace("{entries}", str(len(bugs))).replace(
+        "{confidence}", ", ".join(f"{confidence[c]} {c}" for c in ("high", "medium", "low")))
+    lines = [head.rstrip("\n")]
     for b in bugs:
         when = "; ".join(f"`{op}`: `{w}`" for op, w in b.when.items()) if len(set(b.when.values())) > 1 \
             else f"`{next(iter(b.when.values()))}`"
         gate = ", ".join(p for p in (b.macos_text, "/".join(b.chip) if b.chip else None) if p) or "any"
         issue = f"[#{b.issues[0]}](https://github.com/pytorch/pytorch/issues/{b.issues[0]})"
         fix = f" (PR #{b.fix_pr})" if b.fix_pr else ""
-        lines.append(f"| {issue} | {', '.join(b.ops)} | {_cell(when)} | {b.first} – {b.last}.x | {b.fixed}{fix} | "
+        lines.append(f"| {issue} | {', '.join(b.ops)} | {_cell(when)} | {b.reported} | {b.first} – {b.last}.x | "
+                     f"{b.fixed}{fix} | "
                      f"{gate} | {b.confidence} |")
+    lines += _recall()
     counts = Counter(r["outcome"] for r in triage)
     lines += ["", f"## Triage ({len(triage)} reports)", "",
               "Every `pytorch/pytorch` issue, PR and `test/test_mps.py` regression test read for this knowledge base "
               "(the research trail is in tools/silent/triage.yaml):", "",
-              "| outcome | reports |", "|---|---|"]
-    lines += [f"| {k} | {counts[k]} |" for k in ("entry", "not an entry", "not encodable")]
-    lines += ["", "An *entry* record is one of the entries above (duplicates and companion issues folded into "
-              "theirs). *Not an entry*: the condition can be encoded, but the releases it affects could not be "
-              "established well enough to predict a verdict. *Not encodable*: no condition on a traced call "
-              "decides it.", "", "| id | title | outcome | reason |", "|---|---|---|---|"]
+              "| outcome | reports | meaning |", "|---|---|---|"]
+    lines += [f"| {k} | {counts[k]} | {v} |" for k, v in OUTCOMES.items()]
+    searches = data.get("searches") or []
+    lines += ["", f"The searches of the latest triage ({len(searches)}; the first triage's were not recorded), with "
+              "the number of results each returned, so that the next triage can diff:", "",
+              "| corpus | results | query |", "|---|---|---|"]
+    lines += [f"| {q['corpus']} | {q['count']} | {_cell(q['query'])} |" for q in searches]
+    lines += ["", "| id | title | outcome | reason |", "|---|---|---|---|"]
     for r in triage:
         link = f"[{r['id']}]({r['url']})" if r.get("url") else r["id"]
         reason = r.get("reason") or f"entry {r.get('entry')}"
         lines.append(f"| {link} | {_cell(r['title'])} | {r['outcome']} | {_cell(reason)[:300]} |")
     return "\n".join(lines) + "\n"
+
+
+def _recall() -> list[str]:
+    """The recall section, from tools/silent/recall.json (tools/silent/recall.py --write)."""
+    import json
+
+    result = json.loads(RECALL.read_text(encoding="utf-8"))
+    lines = ["", "## Recall, measured", "",
+             f"Would the entries known before a day D have predicted the bugs reported after it? With D = "
+             f"{result['day']}: the {result['base']} entries reported before D form the base, and each of the "
+             f"{result['held_out']} entries reported on or after D is a held-out bug whose reporter's repro "
+             "(tests/targets/silent_repros.py) is scanned against that base alone (`python tools/silent/recall.py "
+             f"{result['day']} --write`). **{result['predicted']} of {result['held_out']}** are predicted "
+             f"(a row decided by an earlier entry), {result['noted_only']} more only as a note (an earlier entry "
+             "that meets the call on another macOS or chip). Silent bugs rarely repeat: each lives in one kernel's "
+             "own index arithmetic or layout handling, so an entry generalises to the next bug only when the same "
+             "kernel breaks again in the same way. The base predicts the bugs it holds (every entry is tested "
+             "against its reporter's repro); it is no detector of the next one, and a clean row stays \"no known "
+             "entry matches\".", "", "| held-out bug | reported | predicted by |", "|---|---|---|"]
+    for h in result["bugs"]:
+        by = ", ".join(f"#{i}" for i in h["predicted_by"]) or (
+            "note: " + ", ".join(f"#{i}" for i in h["noted_by"]) if h["noted_by"] else "—")
+        lines.append(f"| [#{h['id']}](https://github.com/pytorch/pytorch/issues/{h['id']}) {_cell(h['title'])} | "
+                     f"{h['reported']} | {by} |")
+    return lines
 
 
 def main(argv=None) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from opscan.errors import UsageError
-from opscan.opkey import OpKey
+from opscan.opkey import OpKey, macos_text
 from opscan.verdict import Classification, Evidence, Verdict
 
 
@@ -58,7 +58,7 @@ def supports(op: Any, dtypes: Sequence[str] | str | None = None, *, release: str
     _check_declared(key, kb)
     question = _question(key, wanted)
     found = question(kb)
-    return Support(key.display, wanted, kb.release, ".".join(map(str, kb.macos)), found.verdict, found.evidence,
+    return Support(key.display, wanted, kb.release, macos_text(kb.macos), found.verdict, found.evidence,
                    _since(key, question, macos), kernel_of(key, kb), found.remedy)
 
 

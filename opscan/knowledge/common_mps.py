@@ -25,19 +25,11 @@ from types import MappingProxyType
 
 from opscan.knowledge.build import COMMON_MPS, installed_file
 from opscan.knowledge.sources import COMPLEX_LISTS, common_mps_records
+from opscan.opkey import Macos, parse_macos
 
 # OpInfo name prefixes whose aten spelling joins with "_" instead of ".": linalg_svd -> linalg.svd.
 _DOTTED = ("linalg", "special", "fft", "sparse")
 _BEFORE = re.compile(r"^MACOS_BEFORE_(\d+)_(\d+)_")
-Macos = tuple[int, int]
-
-
-def parse_macos(text: str) -> Macos:
-    """"14.4" / "15" -> (14, 4) / (15, 0); ValueError otherwise."""
-    major, _, minor = str(text).strip().partition(".")
-    if not major.isdigit() or not (minor or "0").isdigit():
-        raise ValueError(f"not a macOS version: {text!r}")
-    return int(major), int(minor or 0)
 
 
 def _holds(condition: str, macos: Macos | None) -> bool:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import yaml
 
 from opscan.knowledge.conditions import compile_when
-from opscan.opkey import Release
+from opscan.knowledge.schema import derived, entry_values
+from opscan.opkey import ReleaseRange
 
 PATHS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "composite_paths.yaml")
 
@@ -26,9 +27,9 @@ class Path:
     """One branch of a composite's body."""
 
     calls: tuple[str, ...]  # yaml spellings of the ops it always reaches
-    when: str | None  # the branch condition over the schema's argument names, or None (always)
-    code: ast.Expression | None
-    result: str | None  # a sparse layout the path returns, or None
+    when: str | None = None  # the branch condition over the schema's argument names, or None (always)
+    code: ast.Expression | None = derived(default=None)
+    result: str | None = None  # a sparse layout the path returns, or None
 
 
 @dataclass(frozen=True)
@@ -36,51 +37,44 @@ class CompositePaths:
     """The paths of one composite in a release range."""
 
     op: str
-    first: str
-    last: str
-    args: tuple[str, ...]
+    releases: ReleaseRange
     paths: tuple[Path, ...]
     source: str
-
-    def covers(self, release: str) -> bool:
-        """Whether `release` is within first..last."""
-        key = Release.parse(release).numbers
-        return Release.parse(self.first).numbers <= key <= Release.parse(self.last).numbers
+    args: tuple[str, ...] = ()
 
 
-def _path(raw: dict) -> Path:
-    when = raw.get("when")
-    return Path(tuple(raw["calls"]), when, compile_when(when) if when else None, raw.get("result"))
+@dataclass(frozen=True)
+class PathsFile:
+    """All of composite_paths.yaml: the composites' paths and their sparse-input branches."""
+
+    paths: tuple[CompositePaths, ...]
+    sparse_paths: tuple[CompositePaths, ...]
+
+
+def _path(raw) -> Path:
+    values = entry_values(Path, raw, "composite_paths.yaml", "path", calls=tuple)
+    return Path(**values, code=compile_when(values["when"]) if values.get("when") else None)
+
+
+def _entry(raw) -> CompositePaths:
+    return CompositePaths(**entry_values(
+        CompositePaths, raw, "composite_paths.yaml", "entry", releases=ReleaseRange.parse, args=tuple,
+        paths=lambda paths: tuple(map(_path, paths)), source=lambda text: " ".join(str(text).split())))
 
 
 @functools.lru_cache(maxsize=2)
-def load_paths(path: str = PATHS_FILE) -> tuple[CompositePaths, ...]:
-    """The shipped entries (ValueError or KeyError on a malformed one)."""
-    return _entries(path, "paths")
-
-
-@functools.lru_cache(maxsize=2)
-def load_sparse_paths(path: str = PATHS_FILE) -> tuple[CompositePaths, ...]:
-    """The shipped `sparse_paths` entries: one path each, the ops its body reaches for a sparse COO input."""
-    return _entries(path, "sparse_paths")
+def load_composite_paths(path: str = PATHS_FILE) -> PathsFile:
+    """The shipped file, read once (ValueError on a malformed entry)."""
+    with open(path, encoding="utf-8") as fh:
+        raw = yaml.safe_load(fh) or {}
+    return PathsFile(*(tuple(map(_entry, raw.get(section, ()))) for section in ("paths", "sparse_paths")))
 
 
 def sparse_paths_for(op: str, release: str) -> CompositePaths | None:
     """The sparse-input branch of overload `op` (yaml spelling) covering `release`, or None."""
-    return next((e for e in load_sparse_paths() if e.op == op and e.covers(release)), None)
-
-
-def _entries(path: str, section: str) -> tuple[CompositePaths, ...]:
-    with open(path, encoding="utf-8") as fh:
-        raw = yaml.safe_load(fh) or {}
-    out = []
-    for item in raw.get(section, ()):
-        first, _, last = str(item["releases"]).partition("..")
-        out.append(CompositePaths(item["op"], first, last or first, tuple(item.get("args", ())),
-                                  tuple(_path(p) for p in item["paths"]), " ".join(str(item["source"]).split())))
-    return tuple(out)
+    return next((e for e in load_composite_paths().sparse_paths if e.op == op and e.releases.covers(release)), None)
 
 
 def paths_for(op: str, release: str) -> CompositePaths | None:
     """The entry for overload `op` (yaml spelling) covering `release`, or None."""
-    return next((e for e in load_paths() if e.op == op and e.covers(release)), None)
+    return next((e for e in load_composite_paths().paths if e.op == op and e.releases.covers(release)), None)

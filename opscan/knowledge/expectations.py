@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import yaml
 
 from opscan.knowledge.conditions import compile_when, evaluate_when
-from opscan.opkey import Release
+from opscan.knowledge.schema import derived, entry_values
+from opscan.opkey import ReleaseRange
 
 CONDITIONS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "expectation_conditions.yaml")
 
@@ -28,18 +29,12 @@ class Condition:
 
     list: str
     opinfo: str
-    first: str
-    last: str
+    releases: ReleaseRange
     comment: str
     when: str
     means: str
     source: str
-    code: ast.Expression
-
-    def covers(self, release: str) -> bool:
-        """Whether the release is within first..last."""
-        key = Release.parse(release).numbers
-        return Release.parse(self.first).numbers <= key <= Release.parse(self.last).numbers
+    code: ast.Expression = derived()
 
 
 @functools.lru_cache(maxsize=2)
@@ -49,15 +44,16 @@ def load_conditions(path: str = CONDITIONS_PATH) -> tuple[Condition, ...]:
         raw = yaml.safe_load(fh) or {}
     out = []
     for item in raw.get("conditions", ()):
-        first, _, last = str(item["releases"]).partition("..")
-        out.append(Condition(item["list"], item["opinfo"], first, last or first, item["comment"], item["when"],
-                             " ".join(str(item["means"]).split()), item["source"], compile_when(item["when"])))
+        values = entry_values(Condition, item, "expectation_conditions.yaml", "condition",
+                              releases=ReleaseRange.parse, means=lambda text: " ".join(str(text).split()))
+        out.append(Condition(**values, code=compile_when(values["when"])))
     return tuple(out)
 
 
 def conditions_for(list_name: str, opinfo: str, release: str) -> tuple[Condition, ...]:
     """The conditions of one list entry that apply in `release`."""
-    return tuple(c for c in load_conditions() if c.list == list_name and c.opinfo == opinfo and c.covers(release))
+    return tuple(c for c in load_conditions()
+                 if c.list == list_name and c.opinfo == opinfo and c.releases.covers(release))
 
 
 def holds(condition: Condition, dtypes: tuple[str, ...] | None, macos: tuple[int, int] = (0, 0)) -> bool | None:

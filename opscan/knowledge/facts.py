@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import yaml
 
+from opscan.knowledge.schema import entry_values, spelled
 from opscan.opkey import OpKey, Release
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FACTS_PATH = os.path.join(HERE, "facts.yaml")
 TORCHVISION_PATH = os.path.join(HERE, "torchvision.yaml")
-_SERIES = re.compile(r"^\d+\.\d+$")
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # same constructors as safe_load, in C
 _PER_RELEASE = ("always_cpu", "python_registrations", "min_macos")
 
@@ -40,7 +39,7 @@ class Fact:
 class TorchvisionOp:
     """A torchvision op with an MPS kernel, and the first releases that have it."""
 
-    key: OpKey
+    op: OpKey
     since_torchvision: str
     since_torch: str
     source: str
@@ -51,7 +50,25 @@ class DtypeLimit:
     """A dtype MPS lacks in a release series: entirely, or below a macOS version."""
 
     dtype: str
-    min_macos: str | None  # None: not at all in these releases
+    message: str
+    source: str
+    min_macos: str | None = spelled("macos", default=None)  # the first macOS that has it; None: not at all
+
+
+@dataclass(frozen=True)
+class MinMacos:
+    """The oldest macOS a release series runs MPS on."""
+
+    macos: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """c10d ops on MPS: refused from `error_since` on, with or without the fallback."""
+
+    namespace: str
+    error_since: str
     message: str
     source: str
 
@@ -68,12 +85,12 @@ class EarlierPath:
     helpers too), all of them when empty, that becomes `ran` once; `via`: only when the function was called by
     that torch function (predict/python_paths.py applies these to the MPS view of a release of the series)."""
 
-    op: OpKey | None
     ran: tuple[OpKey, ...]
     message: str
     source: str
+    op: OpKey | None = None
     within: OpKey | None = None  # the C++ composite whose kernel made the call (composite_callees.txt checks it)
-    from_unit: str | None = None
+    from_unit: str | None = spelled("from", default=None)
     via: str | None = None
     ops: tuple[OpKey, ...] | None = None  # a run's ops (from_unit only); () = every call made inside from_unit
     rank: int | None = None
@@ -113,7 +130,7 @@ class Facts:
 
     series: tuple[str, ...]
     sections: Mapping[str, Mapping[str, tuple]]  # section -> series -> entries
-    distributed: Mapping[str, str]
+    distributed: Distributed
     count: int  # number of sourced entries, for kb_version
     device_branches: Mapping[OpKey, DeviceBranch] = field(default_factory=dict)
 
@@ -130,67 +147,71 @@ class Facts:
         return next((s for s in later if op not in dict(self.sections["always_cpu"][s])), None)
 
 
-def _require(entry: dict, keys: tuple[str, ...], where: str) -> None:
-    """Fail fast on a missing key or an empty source."""
-    missing = [k for k in keys if k not in entry]
-    if missing or not str(entry.get("source", "")).strip():
-        raise ValueError(f"{where}: entry {entry!r} lacks {missing or ['source']}")
-
-
 def _per_series(entries: list[dict], section: str, value) -> dict[str, tuple]:
-    """section entries -> {series: value(entry)}, rejecting bad or repeated series."""
+    """section entries -> {series: value(entry, section)}, rejecting bad or repeated series."""
     table: dict[str, tuple] = {}
     for entry in entries:
-        _require(entry, ("releases", "source"), section)
-        for s in entry["releases"]:
-            if not _SERIES.match(str(s)) or s in table:
-                raise ValueError(f"{section}: bad or repeated release series {s!r}")
-            table[s] = value(entry)
+        for s in _series(entry, section):
+            if s in table:
+                raise ValueError(f"facts.yaml: {section}: repeated release series {s!r}")
+            table[s] = value(entry, section)
     return table
 
 
-def _op_facts(entry: dict) -> tuple:
+def _series(entry, section: str) -> tuple[str, ...]:
+    """An entry's `releases`: release series, each "X.Y"."""
+    series = tuple(str(s) for s in (entry.get("releases") or ()) if isinstance(entry, dict))
+    if not series or any(Release.parse(s).series != s for s in series):
+        raise ValueError(f"facts.yaml: {section}: bad release series in {entry!r}")
+    return series
+
+
+def _op_facts(entry: dict, section: str) -> tuple:
     """An entry's ops as ((OpKey, Fact), ...)."""
-    fact = Fact(entry["source"], entry.get("message", ""))
+    fact = Fact(**entry_values(Fact, entry, "facts.yaml", section, index=("releases", "ops", "op")))
     ops = entry["ops"] if "ops" in entry else [entry["op"]]
     return tuple((OpKey.from_yaml(o), fact) for o in ops)
 
 
-def _dtype_limit(entry: dict) -> tuple:
+def _min_macos(entry: dict, section: str) -> MinMacos:
+    return MinMacos(**entry_values(MinMacos, entry, "facts.yaml", section, index=("releases",), macos=str))
+
+
+def _dtype_limit(entry: dict, section: str) -> tuple:
     """A dtype_limits entry as a one-element tuple."""
-    _require(entry, ("dtype", "releases", "message", "source"), "dtype_limits")
-    macos = entry.get("macos")
-    return (DtypeLimit(str(entry["dtype"]), str(macos) if macos else None, entry["message"], entry["source"]),)
+    text = lambda v: str(v) if v else None  # noqa: E731
+    return (DtypeLimit(**entry_values(DtypeLimit, entry, "facts.yaml", section, index=("releases",), dtype=str,
+                                      macos=text)),)
 
 
-def _earlier_path(entry: dict) -> tuple:
+def _earlier_path(entry: dict, section: str) -> tuple:
     """An earlier_paths entry as a one-element tuple (see EarlierPath)."""
-    _require(entry, ("ran", "releases", "message", "source"), "earlier_paths")
-    ran = entry["ran"] if isinstance(entry["ran"], list) else [entry["ran"]]
-    op, from_unit = entry.get("op"), entry.get("from")
-    if from_unit is None and (not isinstance(op, str) or len(ran) != 1):
+    keys = lambda names: tuple(OpKey.from_yaml(str(o)) for o in names)  # noqa: E731
+    text = lambda v: str(v) if v else None  # noqa: E731
+    path = EarlierPath(**entry_values(
+        EarlierPath, entry, "facts.yaml", section, index=("releases",), op=lambda op: OpKey.from_yaml(str(op)),
+        ran=lambda ran: keys(ran if isinstance(ran, list) else [ran]), message=str, source=str, via=text,
+        within=lambda op: OpKey.from_yaml(str(op)) if op else None, ops=lambda names: keys(names or ()),
+        rank=lambda r: None if r is None else int(r), **{"from": text}))
+    if path.from_unit is None and (path.op is None or path.ops is not None or len(path.ran) != 1):
         raise ValueError(f"earlier_paths: {entry!r} needs one `op` and one `ran` op, or a `from` function")
-    rank = entry.get("rank")
-    return (EarlierPath(
-        OpKey.from_yaml(op) if isinstance(op, str) else None, tuple(OpKey.from_yaml(o) for o in ran),
-        str(entry["message"]), str(entry["source"]),
-        within=OpKey.from_yaml(entry["within"]) if entry.get("within") else None,
-        from_unit=str(from_unit) if from_unit else None,
-        via=str(entry["via"]) if entry.get("via") else None,
-        ops=None if isinstance(op, str) else tuple(OpKey.from_yaml(o) for o in op or ()),
-        rank=None if rank is None else int(rank)),)
+    if path.op is not None and path.ops is not None:
+        raise ValueError(f"earlier_paths: {entry!r} names an `op` and a run of `ops`: one or the other")
+    if path.from_unit is not None and path.op is None and path.ops is None:
+        path = replace(path, ops=())  # no op named: the run of every call made inside the function
+    return (path,)
 
 
 def _device_branches(entries: list[dict]) -> Mapping[OpKey, DeviceBranch]:
     """The device_branches section: OpKey -> DeviceBranch."""
     table: dict[OpKey, DeviceBranch] = {}
     for entry in entries:
-        _require(entry, ("op", "runs", "condition", "source"), "device_branches")
-        op = OpKey.from_yaml(entry["op"])
-        if op in table or not entry["runs"]:
+        branch = DeviceBranch(**entry_values(DeviceBranch, entry, "facts.yaml", "device_branches",
+                                             op=OpKey.from_yaml, runs=lambda ops: tuple(map(OpKey.from_yaml, ops)),
+                                             condition=str, source=str))
+        if branch.op in table or not branch.runs:
             raise ValueError(f"device_branches: repeated op or nothing it runs in {entry!r}")
-        runs = tuple(OpKey.from_yaml(o) for o in entry["runs"])
-        table[op] = DeviceBranch(op, runs, str(entry["condition"]), str(entry["source"]))
+        table[branch.op] = branch
     return MappingProxyType(table)
 
 
@@ -198,9 +219,8 @@ def _series_sections(entries: list[dict], section: str, make) -> dict[str, tuple
     """series -> every entry of a section that applies to it (one series may have several)."""
     table: dict[str, tuple] = {}
     for entry in entries:
-        _require(entry, ("releases",), section)
-        for s in entry["releases"]:
-            table[s] = table.get(s, ()) + make(entry)
+        for s in _series(entry, section):
+            table[s] = table.get(s, ()) + make(entry, section)
     return table
 
 
@@ -210,10 +230,8 @@ def parse_facts(raw: dict) -> Facts:
         raise ValueError(f"facts.yaml: unsupported schema {raw.get('schema')!r}")
     sections = {
         "always_cpu": _per_series(raw["always_cpu"], "always_cpu", _op_facts),
-        "python_registrations": _per_series(
-            raw["python_registrations"], "python_registrations", _op_facts
-        ),
-        "min_macos": _per_series(raw["min_macos"], "min_macos", lambda e: (e["macos"], e["source"])),
+        "python_registrations": _per_series(raw["python_registrations"], "python_registrations", _op_facts),
+        "min_macos": _per_series(raw["min_macos"], "min_macos", _min_macos),
         "error_stubs": _per_series(raw["error_stubs"], "error_stubs", _op_facts),
         "outside_yaml": _per_series(raw.get("outside_yaml", []), "outside_yaml", _op_facts),
         "dtype_limits": _series_sections(raw.get("dtype_limits", []), "dtype_limits", _dtype_limit),
@@ -224,30 +242,30 @@ def parse_facts(raw: dict) -> Facts:
         if set(sections[name]) != set(series):
             covered = sorted(sections[name], key=_series_key)
             raise ValueError(f"facts.yaml: {name} covers {covered}, always_cpu {list(series)}")
-    distributed = raw["distributed"]
-    _require(distributed, ("namespace", "error_since", "message", "source"), "distributed")
+    distributed = Distributed(**entry_values(Distributed, raw["distributed"], "facts.yaml", "distributed",
+                                             error_since=str))
     count = sum(len(raw[k]) for k in ("always_cpu", "python_registrations", "min_macos", "error_stubs"))
     optional = ("outside_yaml", "dtype_limits", "earlier_paths", "device_branches")
     count += sum(len(raw.get(k, [])) for k in optional) + 1
     frozen = {k: MappingProxyType(v) for k, v in sections.items()}
     branches = _device_branches(raw.get("device_branches", []))
-    return Facts(series, MappingProxyType(frozen), MappingProxyType(dict(distributed)), count, branches)
+    return Facts(series, MappingProxyType(frozen), distributed, count, branches)
 
 
 def _release_facts(facts: Facts, s: str) -> ReleaseFacts:
     """Assemble the facts of one known series."""
     sec = facts.sections
     dist = facts.distributed
-    broken = _series_key(s) >= _series_key(dist["error_since"])
-    macos, macos_source = sec["min_macos"][s]
+    broken = _series_key(s) >= _series_key(dist.error_since)
+    floor = sec["min_macos"][s]
     return ReleaseFacts(
         series=s,
         always_cpu=MappingProxyType(dict(sec["always_cpu"][s])),
         error_stubs=MappingProxyType(dict(sec["error_stubs"].get(s, ()))),
         python_registrations=MappingProxyType(dict(sec["python_registrations"][s])),
-        min_macos=macos,
-        min_macos_source=macos_source,
-        distributed_error=Fact(dist["source"], dist["message"]) if broken else None,
+        min_macos=floor.macos,
+        min_macos_source=floor.source,
+        distributed_error=Fact(dist.source, dist.message) if broken else None,
         outside_yaml=MappingProxyType(dict(sec["outside_yaml"].get(s, ()))),
         dtype_limits=sec["dtype_limits"].get(s, ()),
         earlier_paths=MappingProxyType({p.op: p for p in sec["earlier_paths"].get(s, ()) if p.from_unit is None}),
@@ -262,12 +280,11 @@ def parse_torchvision(raw: dict) -> Mapping[OpKey, TorchvisionOp]:
         raise ValueError(f"torchvision.yaml: unsupported schema {raw.get('schema')!r}")
     table: dict[OpKey, TorchvisionOp] = {}
     for entry in raw["ops"]:
-        _require(entry, ("op", "since_torchvision", "since_torch", "source"), "torchvision.yaml")
-        key = OpKey.from_yaml(entry["op"], namespace=raw["namespace"])
-        if key in table or not _SERIES.match(str(entry["since_torch"])):
+        tv = TorchvisionOp(**entry_values(TorchvisionOp, entry, "torchvision.yaml", "op", since_torchvision=str,
+                                          since_torch=str, op=lambda o: OpKey.from_yaml(o, namespace=raw["namespace"])))
+        if tv.op in table or Release.parse(tv.since_torch).series != tv.since_torch:
             raise ValueError(f"torchvision.yaml: repeated op or bad since_torch in {entry!r}")
-        since_tv, since_torch = str(entry["since_torchvision"]), str(entry["since_torch"])
-        table[key] = TorchvisionOp(key, since_tv, since_torch, entry["source"])
+        table[tv.op] = tv
     return MappingProxyType(table)
 
 

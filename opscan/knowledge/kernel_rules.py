@@ -26,7 +26,8 @@ from types import MappingProxyType
 import yaml
 
 from opscan.knowledge.conditions import compile_when
-from opscan.opkey import OpKey, Release
+from opscan.knowledge.schema import derived, entry_values
+from opscan.opkey import OpKey, Release, ReleaseRange
 
 RULES_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_rules.yaml")
 VERDICTS = ("error", "unsupported_dtype")
@@ -47,24 +48,8 @@ class KernelRule:
     verdict: str  # error | unsupported_dtype
     remedy: str
     source: str  # where the condition was read
-    code: ast.Expression
-    first_tensor: bool = False  # a message pattern's rule: `self` is the call's first tensor argument
-
-
-def parse_rules(text: str) -> tuple[KernelRule, ...]:
-    """kernel_rules.yaml text -> rules (ValueError on a bad entry)."""
-    data = yaml.safe_load(text) or {}
-    rules, seen = [], set()
-    for raw in data.get("rules", ()):
-        missing = {"id", "message", "file", "ops", "args", "kind", "condition", "when", "verdict", "remedy",
-                   "source"} - set(raw)
-        if missing or raw["verdict"] not in VERDICTS or raw["id"] in seen:
-            raise ValueError(f"kernel_rules.yaml: bad rule {raw.get('id')!r} (missing {sorted(missing)})")
-        seen.add(raw["id"])
-        rules.append(KernelRule(raw["id"], raw["message"], raw["file"], tuple(raw["ops"]), tuple(raw["args"]),
-                                raw["kind"], raw["condition"], raw["when"], raw["verdict"], raw["remedy"],
-                                raw["source"], compile_when(raw["when"])))
-    return tuple(rules)
+    code: ast.Expression = derived()
+    first_tensor: bool = derived(default=False)  # a message pattern's rule: `self` is the call's first tensor argument
 
 
 @dataclass(frozen=True)
@@ -78,7 +63,7 @@ class Pattern:
     verdict: str
     remedy: str
     source: str
-    code: ast.Expression
+    code: ast.Expression = derived()
 
     def rule(self, check) -> KernelRule | None:
         """The rule encoding `check`, when its message matches and its kind includes this pattern's."""
@@ -89,43 +74,18 @@ class Pattern:
                           condition, self.when, self.verdict, self.remedy, self.source, self.code, True)
 
 
-def parse_patterns(text: str) -> tuple[Pattern, ...]:
-    """kernel_rules.yaml text -> its message patterns (ValueError on a bad entry)."""
-    out = []
-    for raw in (yaml.safe_load(text) or {}).get("patterns", ()):
-        if set(raw) != {"id", "match", "kind", "when", "verdict", "remedy", "source"} or raw["verdict"] not in VERDICTS:
-            raise ValueError(f"kernel_rules.yaml: bad pattern {raw.get('id')!r}")
-        out.append(Pattern(raw["id"], re.compile(raw["match"]), raw["kind"], raw["when"], raw["verdict"],
-                           raw["remedy"], raw["source"], compile_when(raw["when"])))
-    return tuple(out)
-
-
 @dataclass(frozen=True)
 class SizeRule:
     """A kernel check decided from the call's sizes (kernel_rules.yaml `size_rules`), for the series listed."""
 
     id: str
     ops: frozenset[OpKey]
-    releases: tuple[str, ...]  # release series ("2.14")
+    releases: ReleaseRange  # of release series ("2.14")
     message: str  # the kernel's message
     when: str  # over input_spatial and output_size
     remedy: str
     source: str
-    code: ast.Expression
-
-
-def parse_size_rules(text: str) -> tuple[SizeRule, ...]:
-    """kernel_rules.yaml text -> its size rules, in order (ValueError on a bad entry)."""
-    out = []
-    for raw in (yaml.safe_load(text) or {}).get("size_rules", ()):
-        if set(raw) != {"id", "ops", "releases", "message", "when", "remedy", "source"} or not raw["source"].strip():
-            raise ValueError(f"kernel_rules.yaml: bad size rule {raw.get('id')!r}")
-        series = tuple(str(s) for s in raw["releases"])
-        if any(Release.parse(s).series != s for s in series):
-            raise ValueError(f"kernel_rules.yaml: size rule {raw['id']!r} lists a release that is not a series")
-        out.append(SizeRule(raw["id"], frozenset(OpKey.from_yaml(o) for o in raw["ops"]), series, raw["message"],
-                            raw["when"], raw["remedy"], raw["source"], compile_when(raw["when"])))
-    return tuple(out)
+    code: ast.Expression = derived()
 
 
 @dataclass(frozen=True)
@@ -137,63 +97,64 @@ class FallbackRule:
     message: str  # the kernel's TORCH_WARN_ONCE text, as in the releases' dylibs
     ops: tuple[str, ...]  # yaml spellings of the ops whose MPS kernel has it
     args: tuple[str, ...]  # the op's argument names, in schema order
-    releases: tuple[str, ...]  # exact releases ("2.3.1") or series ("2.4": every patch release of it)
+    releases: ReleaseRange  # exact releases ("2.3.1") or series ("2.4": every patch release of it)
     condition: str  # the C++ condition as read
     when: str  # the same, in the expression language (over `args` and `macos`)
     remedy: str
     source: str
-    code: ast.Expression
-    first_tensor: bool = False  # read by CallArgs.bind, as a KernelRule's
-
-    def covers(self, release: str) -> bool:
-        """Whether `release`'s binary has this fallback."""
-        return release in self.releases or Release.parse(release).series in self.releases
+    code: ast.Expression = derived()
+    first_tensor: bool = derived(default=False)  # read by CallArgs.bind, as a KernelRule's
 
 
-_FALLBACK_KEYS = frozenset({"id", "message", "ops", "args", "releases", "condition", "when", "remedy", "source"})
+@dataclass(frozen=True)
+class KernelRules:
+    """All of kernel_rules.yaml: the rules, the message patterns, the size rules and the in-kernel fallbacks."""
+
+    rules: tuple[KernelRule, ...]
+    patterns: tuple[Pattern, ...]
+    size_rules: tuple[SizeRule, ...]
+    fallbacks: tuple[FallbackRule, ...]
 
 
-def parse_fallbacks(text: str) -> tuple[FallbackRule, ...]:
-    """kernel_rules.yaml text -> its in-kernel CPU fallbacks (ValueError on a bad entry)."""
-    out = []
-    for raw in (yaml.safe_load(text) or {}).get("fallbacks", ()):
-        if set(raw) != _FALLBACK_KEYS or not raw["source"].strip() or not raw["releases"]:
-            raise ValueError(f"kernel_rules.yaml: bad fallback {raw.get('id')!r}")
-        releases = tuple(str(r) for r in raw["releases"])
-        if any(r.count(".") not in (1, 2) or Release.parse(r).series != ".".join(r.split(".")[:2]) for r in releases):
-            raise ValueError(f"kernel_rules.yaml: fallback {raw['id']!r} lists a release that is not one")
-        out.append(FallbackRule(raw["id"], raw["message"], tuple(raw["ops"]), tuple(raw["args"]), releases,
-                                raw["condition"], raw["when"], raw["remedy"], raw["source"],
-                                compile_when(raw["when"])))
-    return tuple(out)
+def _verdict(text: str) -> str:
+    if text not in VERDICTS:
+        raise ValueError(f"verdict {text!r} is not one of {VERDICTS}")
+    return text
+
+
+def _series(value) -> ReleaseRange:
+    return ReleaseRange.parse(value, series=True)
+
+
+_SECTIONS = {  # section -> (its entries' class, what an entry is called, how its values are read)
+    "rules": (KernelRule, "rule", {"ops": tuple, "args": tuple, "verdict": _verdict}),
+    "patterns": (Pattern, "pattern", {"match": re.compile, "verdict": _verdict}),
+    "size_rules": (SizeRule, "size rule", {"ops": lambda ops: frozenset(map(OpKey.from_yaml, ops)),
+                                           "releases": _series}),
+    "fallbacks": (FallbackRule, "fallback", {"ops": tuple, "args": tuple, "releases": ReleaseRange.parse}),
+}
+
+
+def parse_kernel_rules(text: str) -> KernelRules:
+    """kernel_rules.yaml text -> its entries, in order (ValueError on a bad or repeated entry)."""
+    data = yaml.safe_load(text) or {}
+    sections = {}
+    for section, (cls, kind, read) in _SECTIONS.items():
+        entries = []
+        for raw in data.get(section, ()):
+            values = entry_values(cls, raw, "kernel_rules.yaml", kind, **read)
+            if any(e.id == values["id"] for e in entries):
+                raise ValueError(f"kernel_rules.yaml: bad {kind} {values['id']!r} (repeated)")
+            entries.append(cls(**values, code=compile_when(values["when"])))
+        sections[section] = tuple(entries)
+    return KernelRules(**sections)
 
 
 @functools.lru_cache(maxsize=2)
-def load_fallbacks(path: str = RULES_PATH) -> tuple[FallbackRule, ...]:
-    """The shipped in-kernel CPU fallbacks."""
+def load_kernel_rules(path: str = RULES_PATH) -> KernelRules:
+    """The shipped kernel_rules.yaml (read once)."""
     with open(path, encoding="utf-8") as fh:
-        return parse_fallbacks(fh.read())
-
-
-@functools.lru_cache(maxsize=2)
-def load_size_rules(path: str = RULES_PATH) -> tuple[SizeRule, ...]:
-    """The shipped size rules."""
-    with open(path, encoding="utf-8") as fh:
-        return parse_size_rules(fh.read())
-
-
-@functools.lru_cache(maxsize=2)
-def load_rules(path: str = RULES_PATH) -> tuple[KernelRule, ...]:
-    """The shipped rules."""
-    with open(path, encoding="utf-8") as fh:
-        return parse_rules(fh.read())
-
-
-@functools.lru_cache(maxsize=2)
-def load_patterns(path: str = RULES_PATH) -> tuple[Pattern, ...]:
-    """The shipped message patterns."""
-    with open(path, encoding="utf-8") as fh:
-        return parse_patterns(fh.read())
+        return parse_kernel_rules(fh.read())
 
 
 def rule_for(check, rules: tuple[KernelRule, ...]) -> KernelRule | None:
@@ -244,7 +205,7 @@ def release_limits(release: str) -> Limits | None:
 @functools.lru_cache(maxsize=64)
 def _limits(checks, release: str) -> Limits:
     """release_limits (cached)."""
-    rules, patterns = load_rules(), load_patterns()
+    rules, patterns = load_kernel_rules().rules, load_kernel_rules().patterns
     encoded = []
     for check in checks.checks:
         if release not in check.releases:

@@ -30,7 +30,7 @@ from types import MappingProxyType
 
 from opscan.errors import OpscanError
 from opscan.knowledge.build import YAML, installed_file, read_installed
-from opscan.knowledge.common_mps import CommonMps, Macos, from_records, parse_macos
+from opscan.knowledge.common_mps import CommonMps, from_records
 from opscan.knowledge.composite_callees import CALLEES_PATH
 from opscan.knowledge.entry import load_store
 from opscan.knowledge.kernel_checks import CHECKS_PATH
@@ -50,7 +50,7 @@ from opscan.knowledge.optable import OpTable
 from opscan.knowledge.silent_bugs import BUGS_PATH, CHIPS
 from opscan.knowledge.silent_bugs import bugs_for_release as silent_for
 from opscan.knowledge.sources import yaml_records
-from opscan.opkey import OpKey, Release
+from opscan.opkey import Macos, OpKey, Release, parse_macos
 
 
 class KnowledgeError(OpscanError):

@@ -28,6 +28,7 @@ import yaml
 
 from opscan.knowledge.pynorm import unit_hashes
 from opscan.knowledge.facts import HERE
+from opscan.knowledge.schema import entry_values
 from opscan.knowledge.table_text import read_shipped
 
 PY_DRIFT_PATH = os.path.join(HERE, "py_drift.txt")
@@ -125,11 +126,11 @@ def parse_py_review(raw: dict) -> Mapping[str, tuple[SameOps, ...]]:
         raise ValueError(f"py_review.yaml: unsupported schema {raw.get('schema')!r}")
     table: dict[str, tuple] = {}
     for entry in raw.get("same_ops") or []:
-        missing = [k for k in ("unit", "versions", "reason", "source") if not entry.get(k)]
+        found = SameOps(**entry_values(SameOps, entry, "py_review.yaml", "entry", unit=str, reason=str, source=str,
+                                       versions=lambda v: frozenset(map(str, v))))
+        missing = [k for k in ("unit", "versions", "reason") if not entry[k]]
         if missing:
             raise ValueError(f"py_review.yaml: entry {entry!r} lacks {missing}")
-        found = SameOps(str(entry["unit"]), frozenset(map(str, entry["versions"])), str(entry["reason"]),
-                        str(entry["source"]))
         table[found.unit] = table.get(found.unit, ()) + (found,)
     return MappingProxyType(table)
 

@@ -4,12 +4,15 @@ An entry names the ops it concerns (as MPS dispatches them), the condition in co
 op's arguments (named by `signatures`), the releases it affects and the release that fixes it (or "open"), the
 macOS range and chip families it is limited to, the workaround, how its releases were established and its
 source. `load_bugs()` reads and validates the file (ValueError naming the entry on anything malformed);
-`bugs_for_release(release)` is the entries that affect a release, by op (Knowledge.silent). No torch import.
+`bugs_for_release(release)` is the entries that affect a release, by op (Knowledge.silent). Each entry also keeps the
+day it was reported and the day its fix merged (tools/silent/establish.py checks its releases against them; the
+recall measure in docs/silent-bugs.md splits the entries by the day). No torch import.
 """
 
 from __future__ import annotations
 
 import ast
+import datetime
 import functools
 import os
 from collections.abc import Mapping
@@ -19,7 +22,8 @@ from types import MappingProxyType
 import yaml
 
 from opscan.knowledge.conditions import compile_when
-from opscan.opkey import OpKey, Release
+from opscan.knowledge.schema import derived, entry_values
+from opscan.opkey import Macos, OpKey, Release, ReleaseRange, macos_text, parse_macos
 
 BUGS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "silent_bugs.yaml")
 CONDITION_KINDS = frozenset({"non-contiguous", "storage-offset", "channels-last", "stride", "size", "dtype", "rank",
@@ -33,8 +37,6 @@ BOUND_AS = {"_mps_convolution": "convolution", "_mps_convolution_transpose": "co
             "mps_convolution_backward": "convolution_backward",
             "mps_convolution_transpose_backward": "convolution_backward",
             "_scaled_dot_product_attention_math_for_mps": "scaled_dot_product_attention"}
-_FIELDS = {"id", "title", "issues", "fix_pr", "ops", "when", "kinds", "affected", "fixed_in", "macos", "chip",
-           "workaround", "established", "confidence", "source"}
 
 
 @dataclass(frozen=True)
@@ -44,15 +46,16 @@ class SilentBug:
     id: str
     title: str
     issues: tuple[int, ...]
+    reported: str  # the day it was first reported (or its regression test landed), YYYY-MM-DD
     fix_pr: int | None
+    fix_merged: str | None  # the day the fixing PR merged on main, YYYY-MM-DD (None: not known, or open)
     ops: tuple[str, ...]  # yaml spellings of MPS-view ops
     when: Mapping[str, str]  # op -> condition text
-    code: Mapping[str, ast.Expression]  # op -> compiled condition
+    code: Mapping[str, ast.Expression] = derived()  # op -> compiled condition
     kinds: tuple[str, ...]
-    first: str  # first affected release
-    last: str  # last affected release series ("2.8")
+    affected: ReleaseRange  # from the first affected release to the last affected series ("2.8.0..2.8")
     fixed_in: str | None  # None: open
-    macos: tuple[tuple[int, int] | None, tuple[int, int] | None]  # [from, below)
+    macos: tuple[Macos | None, Macos | None]  # [from, below)
     chip: tuple[str, ...]  # () = any chip
     workaround: str
     established: str
@@ -70,6 +73,16 @@ class SilentBug:
         return self.fixed_in or OPEN
 
     @property
+    def first(self) -> str:
+        """The first affected release: "2.8.0"."""
+        return str(self.affected.spans[0][0])
+
+    @property
+    def last(self) -> str:
+        """The last affected release series: "2.8"."""
+        return str(self.affected.spans[0][1])
+
+    @property
     def releases(self) -> str:
         """"2.8.0 – 2.8.x" as text."""
         return f"{self.first} – {self.last}.x"
@@ -79,12 +92,7 @@ class SilentBug:
         """Whether the condition is on sizes (a probe must then run at the call's real size)."""
         return "size" in self.kinds
 
-    def affects(self, release: str) -> bool:
-        """Whether `release` ships the bug."""
-        r = Release.parse(release)
-        return Release.parse(self.first) <= r and r.series_key <= Release.parse(self.last).series_key
-
-    def macos_applies(self, macos: tuple[int, int]) -> bool:
+    def macos_applies(self, macos: Macos) -> bool:
         """Whether the bug shows on that macOS."""
         low, below = self.macos
         return (low is None or macos >= low) and (below is None or macos < below)
@@ -95,10 +103,10 @@ class SilentBug:
         low, below = self.macos
         if low is None and below is None:
             return None
-        text = lambda v: ".".join(map(str, v))  # noqa: E731
         if below is None:
-            return f"macOS {text(low)} or later"
-        return f"macOS {text(low)} up to (not including) {text(below)}" if low else f"macOS before {text(below)}"
+            return f"macOS {macos_text(low)} or later"
+        return (f"macOS {macos_text(low)} up to (not including) {macos_text(below)}" if low
+                else f"macOS before {macos_text(below)}")
 
 
 def _macos(raw, where: str):
@@ -106,16 +114,10 @@ def _macos(raw, where: str):
         return None, None
     if not isinstance(raw, list) or len(raw) != 2:
         raise ValueError(f"{where}: macos must be [from, below] (null for open ends)")
-    return tuple(_version(v, where) for v in raw)
-
-
-def _version(value, where: str):
-    if value is None:
-        return None
-    parts = str(value).split(".")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
-        raise ValueError(f"{where}: macOS version {value!r} is not major.minor")
-    return int(parts[0]), int(parts[1])
+    try:
+        return tuple(None if v is None else parse_macos(v) for v in raw)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 def parse_bugs(text: str) -> tuple[dict[str, tuple[str, ...]], tuple[SilentBug, ...]]:
@@ -133,11 +135,8 @@ def parse_bugs(text: str) -> tuple[dict[str, tuple[str, ...]], tuple[SilentBug, 
 
 
 def _entry(raw, signatures) -> SilentBug:
-    where = f"silent_bugs.yaml: entry {raw.get('id') if isinstance(raw, dict) else raw!r}"
-    if not isinstance(raw, dict) or set(raw) != _FIELDS:
-        got = set(raw) if isinstance(raw, dict) else set()
-        raise ValueError(f"{where}: fields differ from {sorted(_FIELDS)} (missing {sorted(_FIELDS - got)}, "
-                         f"extra {sorted(got - _FIELDS)})")
+    entry_values(SilentBug, raw, "silent_bugs.yaml", "entry")  # its keys are SilentBug's fields
+    where = f"silent_bugs.yaml: entry {raw['id']!r}"
     ops = tuple(str(o) for o in raw["ops"])
     for op in ops:
         OpKey.from_yaml(op)
@@ -146,9 +145,8 @@ def _entry(raw, signatures) -> SilentBug:
     when = raw["when"] if isinstance(raw["when"], dict) else dict.fromkeys(ops, raw["when"])
     if set(when) != set(ops):
         raise ValueError(f"{where}: `when` must give a condition for every op and no other")
-    first, last = (str(v) for v in raw["affected"])
     fixed = None if raw["fixed_in"] == OPEN else str(raw["fixed_in"])
-    _check_releases(where, first, last, fixed)
+    affected = _affected(where, raw["affected"], fixed)
     kinds, chip = tuple(raw["kinds"]), tuple(raw["chip"] or ())
     if not kinds or set(kinds) - CONDITION_KINDS or set(chip) - set(CHIPS) or raw["confidence"] not in CONFIDENCE:
         raise ValueError(f"{where}: kinds must be among {sorted(CONDITION_KINDS)}, chips among {CHIPS}, "
@@ -157,20 +155,36 @@ def _entry(raw, signatures) -> SilentBug:
         if not str(raw[key]).strip():
             raise ValueError(f"{where}: {key} is empty")
     code = {op: compile_when(str(text)) for op, text in when.items()}
-    return SilentBug(str(raw["id"]), raw["title"], tuple(int(i) for i in raw["issues"]), raw["fix_pr"], ops,
-                     MappingProxyType(dict(when)), MappingProxyType(code), kinds, first, last, fixed,
+    reported, merged = _date(raw["reported"], where), _date(raw["fix_merged"], where)
+    if reported is None:
+        raise ValueError(f"{where}: reported is empty")
+    return SilentBug(str(raw["id"]), raw["title"], tuple(int(i) for i in raw["issues"]), reported, raw["fix_pr"],
+                     merged, ops,
+                     MappingProxyType(dict(when)), MappingProxyType(code), kinds, affected, fixed,
                      _macos(raw["macos"], where), chip, raw["workaround"], raw["established"], raw["confidence"],
                      raw["source"])
 
 
-def _check_releases(where: str, first: str, last: str, fixed: str | None) -> None:
+def _date(value, where: str) -> str | None:
+    """A YYYY-MM-DD day as text (None stays None); ValueError naming the entry otherwise."""
+    if value is None:
+        return None
     try:
-        a, z = Release.parse(first), Release.parse(last)
-        f = Release.parse(fixed) if fixed else None
-    except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
-    if z.series != last or a.series_key > z.series_key or (f is not None and f.series_key <= z.series_key):
+        return datetime.date.fromisoformat(str(value)).isoformat()
+    except ValueError:
+        raise ValueError(f"{where}: {value!r} is not a YYYY-MM-DD day") from None
+
+
+def _affected(where: str, pair, fixed: str | None) -> ReleaseRange:
+    """`affected` ([first release, last series]) as a range, the fix (if any) after it."""
+    try:
+        first, last = (str(v) for v in pair)
+        affected, fix = ReleaseRange.between(first, last), Release.parse(fixed) if fixed else None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: affected: {exc}") from None
+    if Release.parse(last).series != last or (fix is not None and fix.series_key <= Release.parse(last).series_key):
         raise ValueError(f"{where}: affected must be [first release, last series] with the fix after both")
+    return affected
 
 
 @functools.lru_cache(maxsize=2)
@@ -185,7 +199,7 @@ def bugs_for_release(release: str, path: str = BUGS_PATH) -> Mapping[str, tuple[
     """yaml op name -> the entries that affect `release`."""
     by_op: dict[str, list[SilentBug]] = {}
     for bug in load_bugs(path)[1]:
-        if bug.affects(release):
+        if bug.affected.covers(release):
             for op in bug.ops:
                 by_op.setdefault(op, []).append(bug)
     return MappingProxyType({op: tuple(bugs) for op, bugs in by_op.items()})

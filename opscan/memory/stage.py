@@ -15,6 +15,7 @@ from opscan.memory.estimate import estimate, without_indices
 from opscan.memory.section import memory_section
 from opscan.memory.sizing import fit_curve, size_macs
 from opscan.memory.tracker import track_step
+from opscan.opkey import macos_text
 
 POOL_RULE = "mps-max-pool2d"  # lens.py: MPS runs its own max_pool2d, which keeps no indices
 
@@ -44,7 +45,7 @@ def estimate_memory(target, trace, view, kb, tracker, dtype: str | None, inferen
         bf16_curve = fit_curve(tuple((r.batch, r.bf16_curve) for r in scaling.runs), est.batch, est.bf16_peak)
     fits = size_macs(est.peak.bytes, est.bf16_peak, curve, bf16_curve, kb.macos[0])
     blocked = () if dtype else blockers(view, kb)
-    return memory_section(est, fits, scaling.to_dict(), ".".join(map(str, kb.macos)), blocked, dtype)
+    return memory_section(est, fits, scaling.to_dict(), macos_text(kb.macos), blocked, dtype)
 
 
 def where_of(calls):

@@ -12,12 +12,11 @@ from __future__ import annotations
 from opscan.predict import release_paths, silent
 from opscan.predict.runtime_checks import call_args, needs_args, note_from_shapes
 from opscan.predict.dtype_rules import NO_MPS_DTYPES
-from opscan.knowledge.common_mps import parse_macos
 from opscan.predict.rules import predict_op
 from opscan.predict.sparse import predict_sparse, sparse_layouts
 from opscan.knowledge import Knowledge
 from opscan.mps_view import BRANCHED_COMPOSITES, COPY, SRC_COPY, MpsCall
-from opscan.opkey import OpKey
+from opscan.opkey import OpKey, parse_macos
 from opscan.verdict import Classification, Evidence, Verdict
 
 # rules whose native verdict is a kernel of the op's own (decided_by "kernel"), not inferred by a rule
@@ -79,11 +78,15 @@ def predict_call(call: MpsCall, kb: Knowledge, cache: dict) -> Classification:
     if note and any(d < 0 for dims in note.values() for d in dims):
         note = None  # a size that depends on values (-1 under fake tensors): no shape rule can judge it
     args = call_args(call) if needs_args(call.op, kb) else None
-    key = (call.op, call.dtypes, call.callees, repr(note), call.cpu_op, call.rule, repr(args), silent.key(call),
-           call.registration)
+    key = (call.op, call.dtypes, call.callees, repr(note), call.cpu_op, call.rule, repr(args), call.registration)
     if key not in cache:
-        cache[key] = silent.silent_verdict(call, kb, _classify(call, kb, note, args))
-    return cache[key]
+        cache[key] = _classify(call, kb, note, args)
+    layout = silent.key(call)  # what a silent-bug condition reads: judged apart, so that the classification
+    if layout is None:  # above stays shared by every call of the op whatever its strides and offsets
+        return cache[key]
+    if (key, layout) not in cache:
+        cache[(key, layout)] = silent.silent_verdict(call, kb, cache[key])
+    return cache[(key, layout)]
 
 
 def _classify(call: MpsCall, kb: Knowledge, note, args=None) -> Classification:

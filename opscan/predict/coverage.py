@@ -23,7 +23,7 @@ import yaml
 
 from opscan.knowledge import Knowledge, load_knowledge
 from opscan.predict.composites import judge_composite
-from opscan.opkey import OpKey
+from opscan.opkey import OpKey, macos_text
 from opscan.verdict import Classification, Evidence, Verdict
 
 KERNELS = ("mps", "composite", "python", "cpu_fallback", "none")
@@ -135,7 +135,7 @@ def coverage(release: str | None = None, macos: str | None = None, with_since: b
     since = _since(statuses, macos) if with_since else {}
     rows = tuple(CoverageRow(op, found.verdict, kernel_of(op, kb), since.get(op), found.evidence, limits_of(op, kb))
                  for op, found in sorted(statuses.items()))
-    return Coverage(kb.release, ".".join(map(str, kb.macos)), kb.macos_source, kb.kb_version, kb.origin,
+    return Coverage(kb.release, macos_text(kb.macos), kb.macos_source, kb.kb_version, kb.origin,
                     kb.notes, rows)
 
 
@@ -174,7 +174,7 @@ def silent_listing(named) -> tuple[dict, ...]:
         ops = [op for op in bug.ops if named(OpKey.from_yaml(op))]
         if ops:
             out.append({"id": bug.id, "rule": bug.rule, "title": bug.title, "ops": ops, "issues": list(bug.issues),
-                        "releases": [r for r in kb_releases() if bug.affects(r)], "fixed_in": bug.fixed,
+                        "releases": [r for r in kb_releases() if bug.affected.covers(r)], "fixed_in": bug.fixed,
                         "macos": bug.macos_text, "chip": list(bug.chip) or None, "confidence": bug.confidence,
                         "workaround": bug.workaround})
     return tuple(out)

@@ -25,9 +25,9 @@ from __future__ import annotations
 import functools
 
 from opscan.knowledge import Knowledge
-from opscan.knowledge.common_mps import parse_macos
 from opscan.knowledge.conditions import TensorArg
 from opscan.knowledge.expectations import Condition, conditions_for, holds
+from opscan.opkey import parse_macos
 from opscan.verdict import Classification, Evidence, Verdict
 
 CHECK_ON_MAC = "check on a Mac with PYTORCH_MPS_LOG_PROFILE_INFO=68"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from opscan.knowledge import Knowledge, load_knowledge
 from opscan.knowledge.entry import load_store
-from opscan.opkey import Release
+from opscan.opkey import Release, macos_text
 from opscan.verdict import Classification, Verdict
 
 OpDtypes = tuple  # (OpKey, dtypes)
@@ -130,7 +130,7 @@ def history(rows: dict[OpDtypes, Sequence], classify: Callable[[object, Knowledg
     `rows`: row key -> its distinct calls; `classify(call, kb)` judges one call; `current`: each
     row's verdict for kb.release. An explicit --macos (kb.macos_source) is kept for every release.
     Rows of aten ops kb's release does not declare are set aside from the advice (module docstring)."""
-    macos = ".".join(map(str, kb.macos)) if kb.macos_source == "--macos" else None
+    macos = macos_text(kb.macos) if kb.macos_source == "--macos" else None
     native = native_by_release(rows, classify, macos, kb.chip)
     foreign = frozenset(k for k in rows if k[0].namespace == "aten" and not kb.yaml.has(k[0])
                         and k[0] not in kb.facts.earlier_paths)

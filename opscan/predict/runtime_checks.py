@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 from opscan.knowledge.conditions import TensorArg, evaluate_when
 from opscan.knowledge.composite_paths import paths_for
-from opscan.knowledge.kernel_rules import KernelRule, SizeRule, load_fallbacks, load_size_rules
-from opscan.opkey import OpKey
+from opscan.knowledge.kernel_rules import KernelRule, SizeRule, load_kernel_rules
+from opscan.opkey import OpKey, macos_text
 from opscan.predict.dtype_rules import result
 from opscan.verdict import Classification, Evidence, Verdict
 
@@ -144,8 +144,8 @@ def size_rule_fires(rule: SizeRule, note: dict | None) -> bool | None:
 
 def size_check(c) -> Classification | None:
     """Rule 4: a size rule of the release's series that the call's sizes (args_note) fail."""
-    for rule in load_size_rules():
-        if c.kb.facts.series in rule.releases and c.op in rule.ops and size_rule_fires(rule, c.args_note):
+    for rule in load_kernel_rules().size_rules:
+        if c.op in rule.ops and rule.releases.covers(c.release) and size_rule_fires(rule, c.args_note):
             text = (f"the MPS kernel of {c.op} in torch {c.release} raises for these sizes "
                     f"{c.args_note}: '{rule.message}'")
             return result(Verdict.ERROR, f"shape-{rule.id}", text, rule.source, rule.remedy)
@@ -169,17 +169,17 @@ def kernel_check(c) -> Classification | None:
 
 @functools.lru_cache(maxsize=1)
 def _fallback_ops() -> frozenset[str]:
-    return frozenset(op for rule in load_fallbacks() for op in rule.ops)
+    return frozenset(op for rule in load_kernel_rules().fallbacks for op in rule.ops)
 
 
 def kernel_fallback(c) -> Classification | None:
     """Rule 4d: a CPU fallback inside the op's MPS kernel (kernel_rules.yaml `fallbacks`) that this call meets."""
     if c.op.namespace != "aten" or c.args is None or c.kb.yaml.mps_kernel(c.op) is None:
         return None
-    for rule in load_fallbacks():
-        if c.op.yaml_name in rule.ops and rule.covers(c.release) and evaluate_when(rule, c.args.bind(rule),
+    for rule in load_kernel_rules().fallbacks:
+        if c.op.yaml_name in rule.ops and rule.releases.covers(c.release) and evaluate_when(rule, c.args.bind(rule),
                                                                                    c.kb.macos):
-            macos = ".".join(str(v) for v in c.kb.macos)
+            macos = macos_text(c.kb.macos)
             text = (f"the MPS kernel of {c.op} in torch {c.release} runs this call on the CPU itself on macOS {macos} "
                     f"(a CPU copy of its inputs, the CPU op, the result copied back), whatever "
                     f"PYTORCH_ENABLE_MPS_FALLBACK says: '{rule.message}' ({rule.condition})")

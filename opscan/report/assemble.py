@@ -16,7 +16,7 @@ from collections import Counter
 from typing import Any
 
 from opscan import __version__
-from opscan.opkey import Release
+from opscan.opkey import Release, macos_text
 from opscan.report import Report, RowUse, count_phases, disagreements, make_row, measured_rows
 from opscan.report.where import places
 from opscan.verdict import Classification, Source
@@ -162,7 +162,7 @@ def _assumptions(torch_version: str, kb, measurement=None, notes=()) -> dict[str
     return {
         "torch_release": kb.release,
         "installed_torch": torch_version,
-        "macos": ".".join(map(str, kb.macos)),
+        "macos": macos_text(kb.macos),
         "macos_source": kb.macos_source,
         "kb_entry": kb.origin if kb.entry is None else f"{kb.origin}: releases/{kb.entry}",
         "notes": list(kb.notes) + _what_if(torch_version, kb) + list(notes),
