@@ -337,3 +337,53 @@ def test_upgrade_advice_names_only_releases_opscan_covers():
              *(f.upstream.text for f in report.findings), *(r.remedy or "" for r in report.rows)]
     said = {m.group(1) for text in texts for m in NAMED.finditer(text)}
     assert all(covered(release) for release in said), said
+
+
+# --- long work ---------------------------------------------------------------------------------------------------
+
+
+class Terminal:
+    """A stream that says it is a terminal, keeping what is written."""
+
+    def __init__(self):
+        self.written = []
+
+    def isatty(self):
+        return True
+
+    def write(self, text):
+        self.written.append(text)
+
+    def flush(self):
+        pass
+
+
+def test_the_stages_show_on_a_terminal_and_nothing_when_piped_or_quiet():
+    import io
+
+    from opscan.cli.progress import StageDisplay, display_for
+
+    assert display_for(io.StringIO(), 0) is None  # piped: nothing drawn
+    assert display_for(Terminal(), 1) is None  # -q
+    terminal = Terminal()
+    display = display_for(terminal, 0)
+    assert isinstance(display, StageDisplay)
+    display("judging 4,547 calls for torch 2.14.1")
+    display.live.refresh()
+    display(None)  # the work ended: the line is cleared
+    shown = "".join(terminal.written)
+    assert "judging 4,547 calls for torch 2.14.1 · 0 s" in shown and not display.started
+
+
+def test_a_long_real_tensor_step_suggests_fake_with_the_time_it_saves():
+    from opscan.cli.progress import fake_advice
+
+    timings = [("calling build_model()", 3.1), ("running the training step of gpt2.py:build_model", 39.2),
+               ("judging 4,547 calls for torch 2.14.1", 0.9)]
+    advice = fake_advice(timings, 4074, fake=False)
+    assert advice.startswith("the step ran on real tensors for 42 s; --fake builds and traces it with fake tensors")
+    assert "about 2 s for its 4,074 calls, saving about 40 s" in advice
+    assert fake_advice(timings, 4074, fake=True) is None  # already fake
+    assert fake_advice([("running the training step of m.py:f", 4.0)], 4074, fake=False) is None  # short: no hint
+    # a step whose calls would take a fake trace about as long: nothing to save
+    assert fake_advice([("running the training step of m.py:f", 12.0)], 12000, fake=False) is None
