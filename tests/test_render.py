@@ -202,3 +202,19 @@ def test_table_ends_with_the_next_step():
                     "of the 3 findings worth reporting to PyTorch.")
     measured = wide(replace(report(), mode="measured", repro={"findings": []}))
     assert not any(line.startswith(("Next:", "`--repro`")) for line in measured)
+
+
+def test_rows_measured_elsewhere_that_differ_are_listed_under_the_measurement_line():
+    # measured on cpu, a row predicted native for MPS that failed there: no finding about MPS, but said (issue 35:
+    # findings are causes on MPS; what the measurement saw elsewhere stays in view)
+    from helpers_report import place
+
+    odd = replace(ROWS[0], where=(place(12, "y = self.conv(x)"),),
+                  measured={"device": "cpu", "verdict": "error", "rule": "probe-error", "text": "RuntimeError: boom"})
+    measurement = {"device": "cpu", "stands_for_mps": False, "probes": 3, "calls": 5, "outcomes": {"ran": 2},
+                   "shapes": {"policy": "full"}, "disagreements": [{"row": 0}]}
+    lines = wide(replace(report(rows=(odd, *ROWS[1:])), measurement=measurement))
+    at = next(i for i, line in enumerate(lines) if line.startswith("Measured on cpu (not MPS"))
+    assert lines[at].endswith("1 differ from the MPS prediction, as cpu is not MPS · shapes full — they differ here:")
+    assert lines[at + 1] == ("  ≠ aten::convolution [float32×3] at model.py:12: predicted native, measured error on "
+                             "cpu — RuntimeError: boom")

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape as markup_escape
 from rich.tree import Tree
 
+from opscan.opkey import signature_text
 from opscan.render.console_layout import finding_entry, findings_table, rows_table
 from opscan.render.device_code import device_code_lines
 from opscan.report import Report, Row
@@ -151,8 +152,18 @@ def _measurement(report: Report) -> str:
     n = len(m.get("disagreements", []))
     differ = (f"{n} disagree with the prediction" if m.get("stands_for_mps") else
               f"{n} differ from the MPS prediction, as {m['device']} is not MPS")
-    return escape(f"Measured on {where}: {m['probes']} probes for {m['calls']} calls · {outcomes} · "
-                  f"{differ}{' (listed first)' if n else ''} · shapes {cap}")
+    lines = [f"Measured on {where}: {m['probes']} probes for {m['calls']} calls · {outcomes} · "
+             f"{differ} · shapes {cap}{' — they differ here:' if n else ''}"]
+    lines += [f"  ≠ {_differs(row)}" for row in report.rows if row.disagrees]
+    return escape("\n".join(lines))
+
+
+def _differs(row: Row) -> str:
+    """A row whose measurement differs from its prediction: where, both verdicts, and what the measurement saw."""
+    predicted = row.predicted["verdict"] if row.predicted else row.verdict.value
+    place = f" at {at_text(row.where[0])}" if row.where and row.where[0].get("file") else ""
+    return (f"{row.op.display} [{signature_text(row.dtypes)}]{place}: predicted {predicted}, measured "
+            f"{row.measured['verdict']} on {row.measured['device']} — {row.measured.get('text', '')}")
 
 
 def _ordered(rows) -> tuple[Row, ...]:
