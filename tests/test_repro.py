@@ -163,7 +163,7 @@ def test_predicted_scan_writes_scripts_and_issues(predicted):
     assert not (predicted / "repro/aten_take/ISSUE.md").exists()  # for the missing-ops tracker: linked, not drafted
     drafts = render_files(report, every_finding=True)  # `opscan repro --draft`: drafted, headed by why not
     issue = drafts["repro/aten_take/ISSUE.md"]
-    assert issue.splitlines()[2].startswith("> **opscan would not file this as a new issue**: PyTorch collects")
+    assert issue.splitlines()[2].startswith("> **opscan would not file this as a new issue**: `PyTorch collects")
     assert "# [MPS] aten::take is not implemented for the MPS device" in issue.splitlines()
     assert TRACKING in issue and "### 🐛 Describe the bug" in issue and "### Versions" in issue
     assert "python -m torch.utils.collect_env" in issue and "PYTORCH_ENABLE_MPS_FALLBACK:" in issue

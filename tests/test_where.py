@@ -218,7 +218,7 @@ def test_the_table_and_the_html_show_the_line(tricky):
 
 
 def test_issue_md_says_where_it_was_called_from_without_absolute_paths(tmp_path):
-    from opscan.repro.issue import called_from
+    from opscan.repro.cause_text import called_from
 
     here = os.getcwd()
     os.chdir(tmp_path)  # not the project: relative names come from the target's project, not the working folder
