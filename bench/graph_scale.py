@@ -68,7 +68,7 @@ def main() -> None:
 
     from opscan.render.graphml import render_graphml, render_module_graphml
     from opscan.render.html import render_html
-    from opscan.report.assemble import graph_stage
+    from opscan.graph.stage import graph_stage
     from tests.helpers_report import report
 
     parts, graph_s = _timed("graph stage", graph_stage, trace, view, verdicts, rows)

@@ -28,11 +28,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 def clear_caches() -> None:
     """Every lru_cache between the knowledge files and a verdict."""
     import opscan.knowledge.loader as knowledge
-    import opscan.predict.composites as composites
+    import opscan.predict.composite as composite
     from opscan.knowledge import entry, opinfo
 
     for cached in (knowledge._load, knowledge._entry_table, entry._materialise, entry._op_fields,
-                   entry._read_entry, entry.load_store, opinfo.load_opinfo_map, composites._memo):
+                   entry._read_entry, entry.load_store, opinfo.load_opinfo_map, composite._memo):
         cached.cache_clear()
 
 

@@ -1,7 +1,8 @@
 """Pipeline: compose target -> trace -> mps_view -> predict -> [probe] -> graph -> report. Nothing else lives here.
 
-`prepare` loads the knowledge base and the target and traces the step; `scan` runs the later stages on it and
-has the report stage assemble the Report (opscan/report/assemble.py: rows, summaries, graph, transfers, lane).
+`prepare` loads the knowledge base and the target and traces the step; `scan` runs every later stage on it —
+memory, predict (the release's view and verdicts, since and upgrade), probe, the report's rows, graph and lane,
+device code — and the report stage only assembles what they made (opscan/report/assemble.py build_report).
 Each run of the target's code is a stage of the run's RunContext (target/run.py).
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from opscan.graph.stage import GraphMemo
+from opscan.predict.memo import PredictMemo
 from opscan.report import Report
 from opscan.verdict import Source
 
@@ -21,6 +24,7 @@ class ScanOptions:
     target: str
     inputs: tuple[str, ...] = ()
     args: dict[str, Any] = field(default_factory=dict)
+    public_args: tuple[str, ...] = ()  # --public-arg: the --arg names whose values a recorded command line keeps
     inference: bool = False
     dtype: str | None = None
     fx: bool = True
@@ -46,10 +50,10 @@ class Prepared:
     trace: Any
     view: Any
     tracker: Any = None  # the memory tracker that ran below the recorder, when options.memory
-    # predict_call's caches, one per knowledge base (predict/history.py cache_of): scans of this trace for
-    # several releases (opscan/zoo/releases.py) share them, so each release's judgement of a call is made once
-    caches: dict = field(default_factory=dict)
-    graphs: dict = field(default_factory=dict)  # step graphs by the calls' verdicts, shared the same way
+    # what the predict stage judged of this trace (predict/memo.py PredictMemo) and the graph stage's graphs of it
+    # (graph/stage.py GraphMemo): scans of this trace for several releases (opscan/zoo/releases.py) share them
+    judged: PredictMemo = field(default_factory=PredictMemo)
+    graphs: GraphMemo = field(default_factory=GraphMemo)
     notes: tuple[str, ...] = ()  # what the predict stage changed in the view for kb's release (release_paths.py)
 
 
@@ -115,23 +119,15 @@ def scan(options: ScanOptions, session=None, prepared: Prepared | None = None, c
 
 
 def _stages(options: ScanOptions, session, prepared: Prepared, ctx) -> Report:
-    from opscan.predict.calls import predict_call
-    from opscan.predict.history import cache_of
-    from opscan.report.assemble import build_report
+    from opscan.graph.stage import graph_stage
+    from opscan.predict.device_code import device_findings
+    from opscan.predict.history import since_and_upgrade
+    from opscan.report.assemble import Stages, build_report, report_rows, stands_for_mps
 
     memory = memory_stage(prepared, options, ctx)  # sizes of the traced step, whichever release is judged
-    paths = None
     ctx.progress(f"judging {len(prepared.view):,} calls for torch {prepared.kb.release}")
-    if options.probe is None:  # measured mode measures the installed torch's own calls, as traced
-        prepared = for_release(prepared)  # its C++ composites (predict/release_paths.py)
-        prepared, paths = _release_paths(prepared)  # its Python code (predict/python_paths.py)
+    prepared, predicted = predict_stage(prepared, measured=options.probe is not None)
     kb, target, trace, view = prepared.kb, prepared.target, prepared.trace, prepared.view
-    cache = cache_of(prepared.caches, kb)
-    predicted = [predict_call(call, kb, cache) for call in view]
-    if paths is not None:
-        from opscan.predict.python_paths import judged
-
-        predicted = judged(paths, predicted)
     measurement = None
     if options.probe is not None:
         from opscan.probe.stage import measure
@@ -139,10 +135,36 @@ def _stages(options: ScanOptions, session, prepared: Prepared, ctx) -> Report:
         ctx.progress(None)  # the probes draw their own bar
         measurement = measure(trace, view, options.probe, target.name, session)
     ctx.progress("judging the other releases, building the step graph and the lane")
-    report = build_report(prepared, options.target, predicted, memory, measurement)
+    since, upgrade = since_and_upgrade(view, predicted, kb, prepared.judged)
+    rows = report_rows(prepared, predicted, since, measurement)
+    verdicts, source = stands_for_mps(predicted, measurement)
+    stages = Stages(predicted, rows, upgrade, memory, measurement,
+                    graph_stage(trace, view, verdicts, rows, memory, source, prepared.graphs),
+                    device_findings((*getattr(target, "device_calls", ()), *getattr(trace, "device_calls", ())),
+                                    kb.release))
+    report = build_report(prepared, options.target, stages)
     ctx.progress("writing what the repro scripts need" if options.repro else None)
     command = repro_command(options)
     return report if command is None else with_repro(report, trace, view, command, measurement)
+
+
+def predict_stage(prepared: Prepared, measured: bool = False) -> tuple[Prepared, list]:
+    """(prepared with the view of kb's release, the predicted verdict of each of its calls). Measured mode
+    measures the installed torch's own calls as traced; predicted mode judges the view as kb's release runs its
+    C++ composites (predict/release_paths.py) and its Python code (predict/python_paths.py)."""
+    from opscan.predict.calls import predict_call
+
+    paths = None
+    if not measured:
+        prepared = for_release(prepared)
+        prepared, paths = _release_paths(prepared)
+    cache = prepared.judged.verdicts(prepared.kb)
+    predicted = [predict_call(call, prepared.kb, cache) for call in prepared.view]
+    if paths is not None:
+        from opscan.predict.python_paths import judged
+
+        predicted = judged(paths, predicted)
+    return prepared, predicted
 
 
 def for_release(prepared: Prepared) -> Prepared:
@@ -158,13 +180,8 @@ def for_release(prepared: Prepared) -> Prepared:
 
 def _release_paths(prepared: Prepared):
     """(prepared with the MPS view and notes of its knowledge base's release, the ReleasePaths:
-    predict/python_paths.py); one per (trace, release) in prepared.caches."""
-    from opscan.predict.python_paths import release_paths
-
-    views = prepared.caches.setdefault("release-paths", {})
-    if prepared.kb.release not in views:
-        views[prepared.kb.release] = release_paths(prepared.trace, prepared.view, prepared.kb)
-    paths = views[prepared.kb.release]
+    predict/python_paths.py); one per (trace, release) in prepared.judged."""
+    paths = prepared.judged.paths(prepared.trace, prepared.view, prepared.kb)
     if paths.view is prepared.view and not paths.notes:
         return prepared, paths
     trace = replace(prepared.trace, notes=prepared.trace.notes + paths.notes)

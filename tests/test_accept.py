@@ -161,7 +161,13 @@ def test_the_packages_rerun_script_reproduces_the_verdict(tmp_path):
 
     package = tmp_path / "pkg"
     assert main([BUFFER, "--arg", "persistent=True", "--device", "cpu", "-o", str(package), "-q"]) == 0
+    # issue 36: an --arg not marked --public-arg is not recorded; rerun.sh asks for it by name
+    recorded = (package / "rerun.sh").read_text() + (package / "RERUN.md").read_text()
+    assert "persistent=True" not in recorded and "OPSCAN_ARG_persistent" in recorded
     env = {**os.environ, "PYTHON": sys.executable, "OPSCAN_RERUN_CWD": os.getcwd()}
+    done = subprocess.run(["bash", str(package / "rerun.sh")], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "OPSCAN_ARG_persistent" in done.stderr  # not set: stops, naming the variable
+    env["OPSCAN_ARG_persistent"] = "True"
     done = subprocess.run(["bash", str(package / "rerun.sh")], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     again = json.loads((tmp_path / "pkg-rerun" / "verdict.json").read_text())

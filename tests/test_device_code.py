@@ -257,6 +257,6 @@ def test_answers_only_while_entered_and_torch_itself_is_not_recorded():
 @pytest.mark.parametrize("rule", sorted(device_table()))
 def test_every_rule_covers_every_release_once(rule):
     for release in covered_releases():
-        known = [b for b in device_table()[rule] if b.covers(release)]
+        known = [b for b in device_table()[rule] if b.releases.covers(release)]
         assert len(known) == 1, (rule, release)
         assert known[0].effect in EFFECTS and known[0].fix and known[0].source

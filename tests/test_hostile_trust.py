@@ -1,8 +1,10 @@
-"""Data from somewhere else (issue 27): a bundle folder copied back from a Mac, a colleague's report, a zoo manifest,
-the names inside a user's model — through `python -m opscan` as a user meets them, every promise of the hostile
-suite checked (helpers_hostile.check: exit code, one line, no traceback, stdout whole or empty, nothing partial,
-no process left). Each test is named after the issue's item it proves (`test_item_NN_...`). The runs are
-independent and start together (helpers_hostile.run_all), after one bundle run on the CPU standing in for a Mac.
+"""Data from somewhere else (issues 27 and 36): a bundle folder copied back from a Mac, a colleague's report, a zoo
+manifest, the names inside a user's model, a shared output folder — through `python -m opscan` as a user meets
+them, every promise of the hostile suite checked (helpers_hostile.check: exit code, one line, no traceback, stdout
+whole or empty, nothing partial, no process left). Each test is named after the issue's item it proves
+(`test_item_NN_...` for issue 27, `test_r4_...` for issue 36's round 4; its unit tests: test_trust_round4.py). The
+runs are independent and start together (helpers_hostile.run_all), after one bundle run on the CPU standing in for
+a Mac.
 """
 
 from __future__ import annotations
@@ -132,6 +134,7 @@ def _merge(*extra):
 def _write(name: str, content: str | bytes):
     def setup(folder: Path) -> None:
         path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content if isinstance(content, bytes) else content.encode())
     return setup
 
@@ -163,6 +166,131 @@ def _crafted_report(folder: Path) -> None:
     report = json.loads((folder / "out" / "report.json").read_text())
     report["opscan_version"] = "0.1.0 --> <script>alert(1)</script> <!-- "
     (folder / "crafted.json").write_text(json.dumps(report))
+
+
+# --- issue 36 (round 4) setups -------------------------------------------------------------------------------
+
+ROUND4 = TARGETS / "round4.py"
+LONG_INT = "9" * 5000  # longer than int() converts (sys.get_int_max_str_digits: 4300)
+
+
+def _linked_repro(folder: Path) -> None:
+    """out/repro is a link to a folder outside, holding a file of someone else's where a stale ISSUE.md would be."""
+    (folder / "outside" / "aten_take").mkdir(parents=True)
+    (folder / "outside" / "aten_take" / "ISSUE.md").write_text("someone else's")
+    (folder / "out").mkdir()
+    (folder / "out" / "repro").symlink_to(folder / "outside")
+
+
+def _outcome_edit(**fields):
+    """results_edit: the first outcome line that ran, with `fields` set (what a forged results file can hold)."""
+    def edit(body: list[bytes]) -> list[bytes]:
+        out, done = [], False
+        for raw in body:
+            entry = json.loads(raw)
+            if not done and entry.get("kind") == "outcome" and entry.get("status") == "ran":
+                entry.update(fields)
+                raw, done = (json.dumps(entry, separators=(",", ":")) + "\n").encode(), True
+            out.append(raw)
+        return out
+    return edit
+
+
+def _raw_outcome_edit(old: bytes, new: bytes):
+    """results_edit replacing bytes in the first outcome line that holds `old` (NaN and 1e999 are no JSON dumps)."""
+    def edit(body: list[bytes]) -> list[bytes]:
+        index = next(i for i, raw in enumerate(body) if b'"kind":"outcome"' in raw and old in raw)
+        return [*body[:index], body[index].replace(old, new, 1), *body[index + 1:]]
+    return edit
+
+
+def _compared(body: list[bytes]) -> list[bytes]:
+    """The first outcome that ran gets a comparison whose max_abs is a placeholder (replaced as raw bytes)."""
+    comparison = {"how": "elementwise", "within": False, "max_abs": 12345.5, "max_rel": 1.0,
+                  "reference": "float64", "detail": None}
+    return _outcome_edit(comparison=comparison)(body)
+
+
+def _forged_comparison(value: bytes):
+    return lambda body: _raw_outcome_edit(b'"max_abs":12345.5', b'"max_abs":' + value)(_compared(body))
+
+
+def _linked_project(folder: Path) -> None:
+    """A project (.git) whose models/ folder is a link to a folder outside it: a layer defined beside the model."""
+    outside = folder.parent / f"{folder.name}-elsewhere"
+    (outside / "models").mkdir(parents=True)
+    (outside / "models" / "helper.py").write_text(
+        "import torch\nfrom torch import nn\n\n\nclass Take(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.register_buffer('index', torch.tensor([3, 2, 1, 0]))\n\n"
+        "    def forward(self, y):\n        return torch.take(y, self.index)\n")
+    (outside / "models" / "net.py").write_text(
+        "import torch\nfrom torch import nn\nfrom helper import Take\n\n\ndef build_model():\n"
+        "    return nn.Sequential(nn.Linear(4, 4), Take()), torch.randn(2, 4)\n")
+    (folder / ".git").mkdir()
+    (folder / "models").symlink_to(outside / "models")
+
+
+def _newline_target(folder: Path) -> None:
+    """The target's file in a folder whose name holds a line break and a workflow command."""
+    forged = folder / "x\n::error file=forged.py::target path"
+    forged.mkdir()
+    shutil.copy(ROUND4, forged / "round4.py")
+
+
+def _round4(bundle: Path, zoo: list[str]) -> dict:
+    r4 = f"{ROUND4}:"
+    return {
+        # high 2: a linked repro/ in -o — written into, or removed through
+        "r4_linked_repro": {"argv": [PAIR, "--arg", "take=True", "--repro", "-o", "{dir}/out", *FAST],
+                            "setup": _linked_repro},
+        "r4_linked_repro_rescan": {"argv": [PAIR, "-o", "{dir}/out", *FAST], "setup": _linked_repro},
+        # high 3: a credential passed with --arg
+        "r4_secret_arg": {"argv": [r4 + "secret", "--arg", "token=ghp_SECRET123", "--arg", "take=True",
+                                   "--public-arg", "take", "--repro", "-o", "{dir}/out", *FAST]},
+        # values the reader let through
+        "r4_long_int_repro": {"argv": ["repro", "{dir}/r.json", "aten::take"],
+                              "setup": _write("r.json", '{"schema_version": 3, "model": ' + LONG_INT + "}")},
+        "r4_long_int_baseline": {"argv": [TINY, "--baseline", "{dir}/r.json", "-o", "{dir}/out", *FAST],
+                                 "setup": _write("r.json", '{"ops": [{"calls": ' + LONG_INT + "}]}")},
+        "r4_long_int_in_output": {"argv": [TINY, "-o", "{dir}/out", *FAST],
+                                  "setup": _write("out/report.json", '{"model": ' + LONG_INT + "}")},
+        "r4_date_zoo_manifest": {"argv": ["zoo", "{dir}/zoo.yaml", "-o", "{dir}/out", *zoo],
+                                 "setup": _write("zoo.yaml", f"models:\n  mlp:\n    target: {MLP}\n"
+                                                             "    added: 2023-02-30\n")},
+        "r4_date_accept_spec": {"argv": ["accept", TINY, "--device", "cpu", "--spec", "{dir}/spec.yaml", "-o",
+                                         "{dir}/o"], "setup": _write("spec.yaml", "seed: 2023-02-30\n")},
+        # what a Mac sends back: wrong types, numbers that are not JSON
+        "r4_results_message_list": {"argv": _merge("-f", "json"),
+                                    "setup": _edited(bundle, lambda m, f: None, _outcome_edit(message=["a", "b"]))},
+        "r4_results_duration_text": {"argv": _merge("-f", "json"),
+                                     "setup": _edited(bundle, lambda m, f: None, _outcome_edit(duration="slow"))},
+        "r4_results_nan": {"argv": _merge("-f", "json"),
+                           "setup": _edited(bundle, lambda m, f: None, _forged_comparison(b"NaN"))},
+        "r4_results_overflow": {"argv": _merge("-f", "json"),
+                                "setup": _edited(bundle, lambda m, f: None, _forged_comparison(b"1e999"))},
+        "r4_results_platform": {"argv": _merge("-v"), "setup": _edited(bundle, lambda m, f: None, _platform)},
+        # workflow commands forged through the table and stderr
+        "r4_forged_table": {"argv": [r4 + "forged", "-o", "{dir}/out", "--no-fx"]},
+        "r4_forged_target": {"argv": ["{dir}/x\n::error file=forged.py::target path/round4.py:forged", "-v", "-o",
+                                      "{dir}/out", "--no-fx"], "setup": _newline_target},
+        # a model name over 255 bytes, the default output folder
+        "r4_wide_name": {"argv": [r4 + "model", *FAST], "cwd": True},
+        # SARIF for a model folder that is a link inside the repository
+        "r4_linked_project": {"argv": ["models/net.py:build_model", "-f", "sarif", "-o", "{dir}/out", *FAST],
+                              "cwd": True, "setup": _linked_project},
+    }
+
+
+def _platform(body: list[bytes]) -> list[bytes]:
+    """The off pass's environment record says its platform is a line break and a workflow command."""
+    out = []
+    for raw in body:
+        entry = json.loads(raw)
+        if entry.get("kind") == "environment" and isinstance(entry.get("environment"), dict):
+            entry["environment"]["platform"] = "macOS\n::error file=x.py::forged by the Mac"
+            raw = (json.dumps(entry, separators=(",", ":")) + "\n").encode()
+        out.append(raw)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -238,6 +366,7 @@ def ran(bundle, tmp_path_factory):
         # item 15: custom ops the target registers
         "custom_ops": {"argv": [trust("custom_ops"), "-f", "json", "-o", "{dir}/out", *FAST]},
     }
+    cases.update(_round4(bundle, zoo))
     return run_all(cases, tmp_path_factory.mktemp("trust"))
 
 
@@ -410,13 +539,12 @@ def test_item_10_files_that_are_not_utf8_are_exit_2(ran, name, says):
     ("journal_a_list", "a JSON list, not a record"),
     ("journal_bad_result", "not a model result"),
 ])
-def test_item_11_a_damaged_zoo_journal_line_is_skipped_and_its_model_scanned_again(ran, name, why):
+def test_item_11_a_damaged_zoo_journal_line_is_exit_2_naming_it(ran, name, why):
+    """Issue 36 changed issue 27's answer: a damaged line was skipped (exit 0), which accepted an edited journal;
+    now it is exit 2 naming the line and why, before any model is scanned, as the probe journal's."""
     run, folder = ran[name]
-    check(run, 0, folders=[folder / "out"])
-    warned = [line for line in run.err.splitlines() if "zoo journal" in line and "line 2" in line]
-    assert len(warned) == 1 and why in warned[0] and "scanned again" in warned[0], run.err
-    board = json.loads((folder / "out" / "leaderboard.json").read_text())
-    assert [m["model"]["name"] for m in board["models"]] == ["mlp"] and board["models"][0]["status"] == "ok"
+    check(run, 2, ("zoo journal", "zoo.jsonl, line 2: " + why, "delete that line"), folders=[folder / "out"])
+    assert not (folder / "out" / "leaderboard.json").exists()
 
 
 # --- item 12 --------------------------------------------------------------------------------------------------
@@ -475,3 +603,91 @@ def test_item_15_custom_ops_the_target_registers_are_decided_from_their_registra
     assert (rows["trustlab::with_mps"]["verdict"], rows["trustlab::with_mps"]["evidence"]["rule"]) == \
         ("native", "target-registration-mps")
     assert rows["torchvision::nms"]["evidence"]["rule"].startswith("torchvision-")  # a compiled extension: the table
+
+
+# --- issue 36 (round 4) ---------------------------------------------------------------------------------------
+
+
+def test_r4_high_2_a_linked_repro_folder_is_refused_and_nothing_written_through_it(ran):
+    run, folder = ran["r4_linked_repro"]
+    check(run, 2, ("repro is a symbolic link", "opscan never writes or removes through a link", "remove"))
+    assert [p.name for p in (folder / "outside").rglob("*")] == ["aten_take", "ISSUE.md"]
+    assert (folder / "outside" / "aten_take" / "ISSUE.md").read_text() == "someone else's"
+
+
+def test_r4_high_2_stale_repro_removal_never_follows_a_link(ran):
+    run, folder = ran["r4_linked_repro_rescan"]
+    check(run, 0, folders=[folder / "out"])
+    assert (folder / "outside" / "aten_take" / "ISSUE.md").read_text() == "someone else's"
+
+
+def test_r4_high_3_a_credential_passed_with_arg_reaches_no_file(ran):
+    run, folder = ran["r4_secret_arg"]
+    check(run, 0, folders=[folder / "out"])
+    files = [p for p in (folder / "out").rglob("*") if p.is_file()]
+    assert not [p.name for p in files if "ghp_SECRET123" in p.read_text(errors="replace")]
+    issue = (folder / "out" / "repro" / "aten_take" / "ISSUE.md").read_text()
+    assert "--arg 'token=<redacted>' --arg take=True --public-arg take" in issue  # the public one keeps its value
+
+
+@pytest.mark.parametrize("name, says", [
+    ("r4_long_int_repro", ("the report", "r.json", "model: an integer of 5000 digits")),
+    ("r4_long_int_baseline", ("the baseline", "r.json", r"ops[0].calls: an integer of 5000 digits")),
+    ("r4_long_int_in_output", ("holds the results of another target", "a report.json opscan cannot read")),
+    ("r4_date_zoo_manifest", ("the manifest", "zoo.yaml", "models.mlp.added (line 4, column 12)",
+                              "'2023-02-30' is not a date", "day is out of range for month")),
+    ("r4_date_accept_spec", ("spec", "spec.yaml", "seed (line 1, column 7)", "is not a date")),
+])
+def test_r4_values_the_reader_let_through_are_exit_2_naming_the_file_and_field(ran, name, says):
+    run, folder = ran[name]
+    check(run, 2, says)
+    assert "ValueError" not in run.err and not (folder / "o").exists()
+
+
+@pytest.mark.parametrize("name, says", [
+    ("r4_results_message_list", "field 'message' is a list, not text or null"),
+    ("r4_results_duration_text", "field 'duration' is text, not an integer or a number"),
+    ("r4_results_nan", "comparison.max_abs: NaN is not a JSON number"),
+    ("r4_results_overflow", "comparison.max_abs: a number too large for a float (inf)"),
+])
+def test_r4_results_fields_of_the_wrong_type_are_exit_2_naming_the_field(ran, name, says):
+    run, folder = ran[name]
+    check(run, 2, ("corrupted results file", says))
+    assert not (folder / "out").exists()  # no report.json with NaN in it, nothing half-merged
+
+
+def _starts_a_command(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.lstrip(" \t").startswith("::")]
+
+
+def test_r4_a_mac_cannot_forge_a_workflow_command_through_merges_log_line(ran):
+    run, _ = ran["r4_results_platform"]
+    check(run, 0)
+    assert _starts_a_command(run.out + run.err) == [] and "from macOS\\x0a::error file=x.py" in run.err
+
+
+@pytest.mark.parametrize("name", ["r4_forged_table", "r4_forged_target"])
+def test_r4_module_names_and_target_paths_cannot_forge_workflow_commands(ran, name):
+    run, folder = ran[name]
+    check(run, 0, folders=[folder / "out"], verbose=name == "r4_forged_target")
+    assert _starts_a_command(run.out) == [] and _starts_a_command(run.err) == [], run.out + run.err
+    assert "\\x0a::error file=forged" in run.out  # the name is shown, escaped, in the rows and the sections
+    if name == "r4_forged_target":
+        assert "tracing " in run.err and "\\x0a::error file=forged.py::target path" in run.err
+
+
+def test_r4_a_model_name_over_255_bytes_gets_its_default_folder(ran):
+    from opscan.trust.names import NAME_BYTES
+
+    run, folder = ran["r4_wide_name"]
+    check(run, 0, folders=[folder / "reports"])
+    (made,) = (folder / "reports").iterdir()
+    assert len(made.name.encode()) <= NAME_BYTES and (made / "report.json").is_file()
+
+
+def test_r4_sarif_uris_stay_in_the_repository_through_a_linked_model_folder(ran):
+    run, folder = ran["r4_linked_project"]
+    check(run, 0, fmt="json")
+    uris = [loc["physicalLocation"]["artifactLocation"] for result in json.loads(run.out)["runs"][0]["results"]
+            for loc in result.get("locations", [])]
+    assert uris and all(u == {"uri": "models/helper.py", "uriBaseId": "PROJECTROOT"} for u in uris), uris

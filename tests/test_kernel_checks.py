@@ -14,9 +14,9 @@ import pytest
 from opscan.knowledge import load_knowledge
 from opscan.knowledge.kernel_checks import expand, kind_of, load_checks, parse_checks, ranges
 from opscan.knowledge.conditions import TensorArg, compile_when
-from opscan.knowledge.kernel_rules import load_kernel_rules, rule_for
+from opscan.knowledge.kernel_rules import load_kernel_rules, rules_encoding
 from opscan.opkey import OpKey
-from opscan.predict.runtime_checks import CallArgs
+from opscan.knowledge.signatures import load_signatures
 from opscan.predict.rules import predict_op
 from opscan.scan import ScanOptions, scan
 from opscan.verdict import Verdict
@@ -54,10 +54,15 @@ def test_conv_transpose3d_in_float16_is_an_unsupported_dtype_with_the_kernels_me
     assert _row(fp32, "_mps_convolution_transpose").verdict == Verdict.NATIVE
 
 
+def _args(key, values: tuple) -> dict:
+    """Values in schema order bound to the op's argument names, as predict/bind.py binds a recorded call's."""
+    return dict(zip((a.name for a in load_signatures().arguments(key.yaml_name, "2.14.1")), values))
+
+
 def _predict(op: str, values: tuple, macos: str | None = None, release: str = "2.14.1"):
     kb = load_knowledge(release=release, macos=macos)
     key = K(op)
-    return predict_op(key, ("float32",), kb, args=CallArgs(key.name, values))
+    return predict_op(key, ("float32",), kb, args=_args(key, values))
 
 
 def test_dtype_check_fires_on_five_dimensional_half_input_only():
@@ -99,7 +104,7 @@ def test_macos_gate_fft_below_14_in_2_3_to_2_8():
             assert "FastFourierTransform.mm" in found.evidence.source and function in found.evidence.text
         kb = load_knowledge(release="2.4.0", macos="14.0")
         key = K(op)
-        on_14 = predict_op(key, (values[0].dtype,), kb, args=CallArgs(key.name, values))
+        on_14 = predict_op(key, (values[0].dtype,), kb, args=_args(key, values))
         assert on_14.verdict != Verdict.ERROR and on_14.evidence.rule != "kernel-fft-macos-14", op
         assert _predict(op, values).verdict != Verdict.ERROR, op  # 2.14.1: the check is gone
 
@@ -135,7 +140,7 @@ def test_every_release_has_its_checks_and_every_rule_its_check():
     assert counts["2.14.1"] > counts["2.0.0"]  # the backend grew
     rules = load_kernel_rules().rules
     for rule in rules:
-        assert any(rule_for(c, rules) is rule for c in checks.checks), rule.id
+        assert any(rule in rules_encoding(c, rules) for c in checks.checks), rule.id
     lstm = next(c for c in checks.checks if c.message.startswith("LSTM with projections"))
     assert "2.0.0" in lstm.releases and "2.14.1" in lstm.releases and lstm.ops == ("_lstm_mps",)
     assert len({c.id for c in checks.checks}) == len(checks.checks)
@@ -187,7 +192,7 @@ def test_dtype_expectations_reach_the_mps_views_convolution_per_rank():
 def _predict_dtype(op: str, dtype: str, values: tuple):
     kb = load_knowledge(release="2.14.1")
     key = K(op)
-    return predict_op(key, (dtype, dtype), kb, args=CallArgs(key.name, values))
+    return predict_op(key, (dtype, dtype), kb, args=_args(key, values))
 
 
 def test_message_patterns_encode_dtype_checks_the_message_states():

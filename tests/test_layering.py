@@ -23,7 +23,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "opscan"
 SHARED = ("opscan", "opscan.errors", "opscan.opkey", "opscan.verdict", "opscan.markers", "opscan.units",
-          "opscan.trust", "opscan.trust.read", "opscan.trust.names", "opscan.trust.text")
+          "opscan.trust", "opscan.trust.read", "opscan.trust.names", "opscan.trust.text", "opscan.trust.output")
 STAGES = ("target", "trace", "mps_view", "knowledge", "predict", "probe", "graph", "report", "memory", "render",
           "repro", "accept", "scan", "zoo", "bundle", "api", "cli")
 LOOSE_BUDGET = 10

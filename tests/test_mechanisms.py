@@ -283,8 +283,8 @@ def test_without_arguments_every_path_bounds_the_verdict():
 def test_the_least_severe_path_decides_and_a_possibly_native_path_decides_nothing(monkeypatch):
     from opscan.knowledge import load_knowledge
     from opscan.knowledge.composite_paths import CompositePaths, Path
+    from opscan.knowledge import callees
     from opscan.opkey import OpKey, ReleaseRange
-    from opscan.predict import paths
     from opscan.predict.rules import predict_op
 
     kb = load_knowledge(release="2.0.0")
@@ -292,7 +292,7 @@ def test_the_least_severe_path_decides_and_a_possibly_native_path_decides_nothin
 
     def crafted(*calls):
         entry = CompositePaths(op.yaml_name, ReleaseRange.parse("2.0.0"), tuple(Path(c) for c in calls), "crafted")
-        monkeypatch.setattr(paths, "paths_for", lambda name, release: entry if name == op.yaml_name else None)
+        monkeypatch.setattr(callees, "paths_for", lambda name, release: entry if name == op.yaml_name else None)
         return predict_op(op, ("float32",), kb)
 
     # one path ends in an always-CPU op (cpu_fallback), the other in an op with no MPS kernel (unsupported)

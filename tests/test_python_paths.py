@@ -158,9 +158,9 @@ def test_rpow_on_2_0_0_is_a_tensor_power():
 
 def predict_call_native(op: str, kb) -> bool:
     """`opscan coverage`'s answer (a composite judged by what it calls: logical_and runs logical_and.out)."""
-    from opscan.predict.composites import judge_composite
+    from opscan.predict.rules import judge_composite
 
-    return judge_composite(OpKey.from_yaml(op), kb).verdict.value == "native"
+    return judge_composite(OpKey.from_yaml(op), (), kb).verdict.value == "native"
 
 
 def test_normalize_and_tensor_norm_take_the_vf_norm_path_of_mps_in_every_release():

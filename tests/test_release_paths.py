@@ -122,3 +122,17 @@ def test_mutation_without_the_table_row_the_vit_is_not_native_on_2_5(monkeypatch
     monkeypatch.setattr(release_paths, "load_callees", lambda: mutant)
     report = _scan(f"{RELEASES_PY}:trained_attention", "2.5.0")
     assert any(row.verdict is not Verdict.NATIVE for row in report.rows)
+
+
+def test_a_composite_release_callees_adds_passes_the_dtype_layer_first():
+    """At 2.2.0 MPS has no bfloat16 at all: every bfloat16 row is unsupported_dtype, the composites the release's
+    math attention calls (softmax.int, zeros_like: judged by their OpInfo samples) included — they were native,
+    their samples' callees judged without the call's dtypes."""
+    report = _scan(f"{RELEASES_PY}:trained_attention", "2.2.0", dtype="bfloat16")
+    added = {row.op.display: row for row in report.rows if row.evidence.rule == "release-callees"}
+    assert {"aten::softmax.int", "aten::zeros_like"} <= set(added), sorted(added)
+    assert all("BFloat16 is not supported on MPS" in added[op].evidence.text
+               for op in ("aten::softmax.int", "aten::zeros_like"))
+    bf16 = [row for row in report.rows if "bfloat16" in row.dtypes]
+    assert bf16 and all(row.verdict is Verdict.UNSUPPORTED_DTYPE for row in bf16), \
+        [(str(r.op), r.verdict) for r in bf16 if r.verdict is not Verdict.UNSUPPORTED_DTYPE]

@@ -165,3 +165,38 @@ def test_per_layer_function_wrappers_in_a_dict_are_alike():
     short, full = _scans(f"{TARGETS}:kernel_funcs", {"layers": 6})
     assert any("layers 3 .. 4 replicated from layer 2" in n for n in _notes(short)), _notes(short)
     _assert_equal(short, full)
+
+
+def test_every_field_of_a_call_round_trips_through_its_layer_code(monkeypatch):
+    """A unit's call coded relative to its layer (splice.Coder.call) and decoded at the layer's own position is the
+    call again, whatever its fields hold: the layer-relative ones through their codes, every other field of OpCall
+    (one added later too) carried as it is — the hand-ordered tuple this replaced once dropped `where` (2064cf0)."""
+    from dataclasses import fields, replace
+
+    from opscan.trace import replicate
+    from opscan.trace.records import OpCall
+    from opscan.trace.splice import RELATIVE
+
+    seen = {}
+    real = replicate.replicate
+
+    def spy(calls, groups, units, coder, first_free):
+        seen.update(calls=calls, units=units, coder=coder)
+        return real(calls, groups, units, coder, first_free)
+
+    monkeypatch.setattr(replicate, "replicate", spy)
+    scan(ScanOptions(f"{TARGETS}:build_model", args={"layers": 6}, fake=True, memory=False))
+    calls, units, coder = seen["calls"], seen["units"], seen["coder"]
+    carried = [f.name for f in fields(OpCall) if f.name not in (*RELATIVE, "index")]
+    assert {"op", "phase", "attrs", "args_spec", "py", "caller", "where"} <= set(carried)
+    layer1 = [(unit, calls[i]) for unit in (units.fwd[1], *units.bwd[1:2]) for i in unit]
+    assert len(layer1) > 10 and any(c.node for _, c in layer1) and any(c.fx_node for _, c in layer1)
+    for unit, call in layer1:
+        marked = replace(call, **{name: ("marked", name) for name in carried})
+        code = coder.call(marked, 1, unit)
+        assert all(getattr(code, name) == getattr(marked, name) for name in carried)
+        back, ins, outs = coder.decode(code, coder.full(1), lambda p: None if p is None else
+                                       unit.start + p[1] if p[0] == "R" else p[1])
+        rebuilt = replace(back, index=call.index, inputs=tuple(replace(t, storage=s) for t, s in ins),
+                          outputs=tuple(replace(t, storage=s) for t, s in outs))
+        assert rebuilt == marked

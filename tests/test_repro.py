@@ -147,7 +147,7 @@ def test_crafted_float16_zeta_reproduces_on_cpu_with_exit_1(crafted_cpu, tmp_pat
         assert done.returncode == _recorded_exit(crafted_cpu, str(script.relative_to(tmp_path)), files) == 1
     assert "raised NotImplementedError: \"zeta_cpu\" not implemented for 'Half'" in results[scripts[0]].stdout
     issue = files["repro/aten_special_zeta/ISSUE.md"]
-    assert issue.splitlines()[2] == "# [CPU] aten::special_zeta fails for float16, float16; bfloat16, bfloat16 on CPU"
+    assert issue.splitlines()[2] == "# [CPU] `aten::special_zeta` fails for `float16`, `float16`; `bfloat16`, `bfloat16` on CPU"
     assert "result: raised NotImplementedError: \"zeta_cpu\" not implemented for 'Half'" in issue  # recorded output
     jsonschema.Draft202012Validator(load_schema()).validate(crafted_cpu)
 
@@ -164,7 +164,7 @@ def test_predicted_scan_writes_scripts_and_issues(predicted):
     drafts = render_files(report, every_finding=True)  # `opscan repro --draft`: drafted, headed by why not
     issue = drafts["repro/aten_take/ISSUE.md"]
     assert issue.splitlines()[2].startswith("> **opscan would not file this as a new issue**: `PyTorch collects")
-    assert "# [MPS] aten::take is not implemented for the MPS device" in issue.splitlines()
+    assert "# [MPS] `aten::take` is not implemented for the MPS device" in issue.splitlines()
     assert TRACKING in issue and "### 🐛 Describe the bug" in issue and "### Versions" in issue
     assert "python -m torch.utils.collect_env" in issue and "PYTORCH_ENABLE_MPS_FALLBACK:" in issue
     pool = drafts["repro/aten__adaptive_avg_pool2d/ISSUE.md"]
@@ -272,7 +272,7 @@ def test_minimize_finds_the_adaptive_pool_divisibility_boundary(predicted, simul
     assert "ORIGINAL_SHAPES = [[2, 4, 7, 7]]" in script
     assert "'tensors': [{'dtype': 'float32', 'shape': [1, 1, 2, 2]" in script
     assert "'expected_exit': 1" in script  # recorded on the simulated backend: it raised there
-    assert "passes at [[1, 1, 1, 1]] (originally [[2, 4, 7, 7]]" in (
+    assert "passes at `[[1, 1, 1, 1]]` (originally `[[2, 4, 7, 7]]`" in (
         tmp_path / "repro/aten__adaptive_avg_pool2d/ISSUE.md").read_text()
     done = _run_all([tmp_path / "repro/aten__adaptive_avg_pool2d/repro_1.py"])
     assert [d.returncode for d in done.values()] == [0]  # the real CPU pools 2x2 -> 3x3 without complaint

@@ -57,7 +57,7 @@ def test_real_outputs_stay_with_their_call_when_scripts_swap_numbering(predicted
     outputs = {first: _real("OUTPUT OF THE FIRST CALL"), second: _real("OUTPUT OF THE SECOND CALL")}
     issue = render_files(report, every_finding=True, real_outputs=outputs)[COPY_ISSUE]
     assert "OUTPUT OF THE FIRST CALL" in issue and "OUTPUT OF THE SECOND CALL" not in issue
-    assert "Output on mps (exit code 1):" in issue and "- chip: Apple M3" in issue
+    assert "Output on mps (exit code 1):" in issue and "- chip: `Apple M3`" in issue
     swapped = copy.deepcopy(report)
     calls = _copy_calls(swapped)
     calls[0], calls[1] = calls[1], calls[0]  # repro_1.py is now the second call (a merge numbering differently)
@@ -103,7 +103,7 @@ def test_collect_env_recorded_on_the_mac_fills_the_versions_block(predicted):
     issue = render_files(report, every_finding=True, real_outputs=outputs)[COPY_ISSUE]
     versions = issue[issue.index("### Versions"):]
     assert "PyTorch version: 2.14.1\nIs MPS available: True" in versions and "Paste the output" not in versions
-    assert "- macOS: 15.3" in versions
+    assert "- macOS: `15.3`" in versions
 
 
 def _take(report: dict) -> dict:
@@ -146,7 +146,8 @@ def _torch_version() -> str:
 
 
 EVERY_FLAG = ScanOptions("examples/tricky.py:build_model", ("2x36:float32", "6:int64:0-71"),
-                         {"width": 8, "name": "a b"}, inference=True, dtype="bfloat16", fx=False, auto_fake=False,
+                         {"width": 8, "name": "a b"}, public_args=("width", "name"), inference=True, dtype="bfloat16",
+                         fx=False, auto_fake=False,
                          torch_version="2.7.0", macos="15.1",
                          probe=ProbeOptions(device="cpu", max_elements=4096, timeout=12.5), repro=True)
 
@@ -163,17 +164,29 @@ def test_the_recorded_command_parses_back_to_the_same_scan(options):
     args = build_parser().parse_args(argv[1:])
     probe, _ = probe_options(args)
     again = ScanOptions(args.target, tuple(args.input), dict(parse_arg(a) for a in args.arg),
-                        inference=args.inference, dtype=args.dtype, fx=not args.no_fx, fake=args.fake,
+                        public_args=tuple(args.public_arg), inference=args.inference, dtype=args.dtype, fx=not args.no_fx, fake=args.fake,
                         auto_fake=not args.no_fake, torch_version=args.torch_version, macos=args.macos,
                         probe=probe and ProbeOptions(probe.device, probe.max_elements, timeout=probe.timeout),
                         repro=args.repro)
     assert again == options, command
 
 
+def test_high_3_an_arg_not_marked_public_keeps_its_name_only():
+    """Issue 36 high 3: a credential passed with --arg never reaches the recorded command line (ISSUE.md, the
+    scripts); the line still parses, and a value the user marks public is kept."""
+    options = ScanOptions("m.py:f", args={"token": "ghp_SECRET123", "width": 8}, public_args=("width",), repro=True)
+    command = command_line(options)
+    assert "ghp_SECRET123" not in command
+    assert "--arg 'token=<redacted>' --arg width=8 --public-arg width" in command
+    args = build_parser().parse_args(shlex.split(command)[1:])
+    assert dict(parse_arg(a) for a in args.arg) == {"token": "<redacted>", "width": 8}
+
+
 def test_every_flag_appears_in_the_command():
     assert command_line(EVERY_FLAG) == (
         "opscan examples/tricky.py:build_model --input 2x36:float32 --input 6:int64:0-71 --arg width=8 "
-        "--arg 'name='\"'\"'a b'\"'\"'' --inference --dtype bfloat16 --no-fx --no-fake --torch-version 2.7.0 "
+        "--arg 'name='\"'\"'a b'\"'\"'' --public-arg width --public-arg name --inference --dtype bfloat16 --no-fx "
+        "--no-fake --torch-version 2.7.0 "
         "--macos 15.1 --probe --device cpu --max-elements 4096 --probe-timeout 12.5 --repro")
 
 

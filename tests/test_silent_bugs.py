@@ -118,7 +118,7 @@ def judged(case_call, release, macos=None, chip=None, path=BUGS_PATH):
 def test_every_case_is_an_entry():
     """The first 22 entries' crafted calls (every entry is traced from its reporter's repro in
     tests/test_silent_repros.py)."""
-    assert set(CASES) <= {b.id for b in load_bugs()[1]}
+    assert set(CASES) <= {b.id for b in load_bugs()}
     assert len(CASES) == 22
 
 
@@ -128,7 +128,7 @@ def test_each_entry_flags_its_call_at_an_affected_release_and_not_at_its_fix(bug
     found = judged(found_call, bad, macos, chip)
     assert found.verdict == Verdict.MISMATCH and found.evidence.rule == f"silent-bug-{bug_id}", found.evidence.text
     assert "silent-correctness bug" in found.evidence.text and found.remedy
-    bug = {b.id: b for b in load_bugs()[1]}[bug_id]
+    bug = {b.id: b for b in load_bugs()}[bug_id]
     assert bug.workaround in found.remedy
     assert (f"torch {bug.fixed_in} fixes it" if fixed else "open") in found.remedy
     if fixed is not None:
@@ -151,7 +151,7 @@ def test_a_macos_gated_entry_needs_that_macos(bug_id):
     """Gated by --macos: at the release's minimum macOS (not given) it is a note; on a macOS outside its range
     (given) nothing."""
     found_call, bad, _, macos, chip = CASES[bug_id]
-    bug = {b.id: b for b in load_bugs()[1]}[bug_id]
+    bug = {b.id: b for b in load_bugs()}[bug_id]
     default = judged(found_call, bad, None, chip)
     if not bug.macos_applies(load_knowledge(release=bad).macos):
         assert default.verdict == Verdict.NATIVE and "give --macos to decide" in default.evidence.text
@@ -184,7 +184,7 @@ def test_conditions_that_do_not_hold_leave_the_call_alone():
 
 def test_the_data_file_is_validated():
     text = open(BUGS_PATH, encoding="utf-8").read()
-    signatures, bugs = parse_bugs(text)
+    bugs = parse_bugs(text)
     assert len(bugs) >= 22 and len({b.id for b in bugs}) == len(bugs)
     data = yaml.safe_load(text)
     bad = dict(data, entries=[dict(data["entries"][0], affected=["2.9.0", "2.8"])])
@@ -196,16 +196,6 @@ def test_the_data_file_is_validated():
     bad = dict(data, entries=[dict(data["entries"][0], ops=["linear", "gelu"])])
     with pytest.raises(ValueError, match="gelu"):
         parse_bugs(yaml.safe_dump(bad))
-
-
-def test_signatures_are_torch_own_argument_names():
-    import torch
-
-    signatures, _ = load_bugs()
-    for name, args in signatures.items():
-        key = OpKey.from_yaml(name)
-        schema = getattr(getattr(torch.ops.aten, key.name), key.overload)._schema
-        assert tuple(a.name for a in schema.arguments)[:len(args)] == args, name
 
 
 def _scan(factory, release, **kw):
@@ -282,7 +272,7 @@ def test_every_entrys_fixing_release_follows_from_its_merge_day_and_the_branch_c
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "silent"))
     import establish
 
-    assert establish.disagreements(load_bugs()[1]) == []
+    assert establish.disagreements(load_bugs()) == []
     assert establish.fixing_release("2026-04-14") == "2.12.0"  # the day before the 2.12 cut
     assert establish.fixing_release("2026-04-15") == "2.13.0"  # the cut's own day: the next release
     assert establish.fixing_release("2026-08-12") == "open"  # after the last covered cut
@@ -299,7 +289,7 @@ def test_the_recorded_recall_is_of_the_current_entries():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     result = json.load(open(os.path.join(root, "tools", "silent", "recall.json"), encoding="utf-8"))
     day = datetime.date.fromisoformat(result["day"])
-    bugs = load_bugs()[1]
+    bugs = load_bugs()
     after = {b.id for b in bugs if datetime.date.fromisoformat(b.reported) >= day}
     assert {h["id"] for h in result["bugs"]} == after and result["base"] == len(bugs) - len(after)
     assert result["predicted"] == sum(bool(h["predicted_by"]) for h in result["bugs"])
@@ -313,7 +303,7 @@ def test_the_triage_accounts_for_every_report_and_the_doc_is_current():
     data = yaml.safe_load(open(os.path.join(root, "tools", "silent", "triage.yaml"), encoding="utf-8"))
     triage = data["records"]
     assert len(triage) >= 194 and len({r["id"] for r in triage}) == len(triage)
-    ids = {b.id for b in load_bugs()[1]}
+    ids = {b.id for b in load_bugs()}
     assert {r["entry"] for r in triage if r["outcome"] == "entry"} == ids
     assert {r["outcome"] for r in triage} <= {"entry", "not an entry", "not encodable", "out of scope"}
     assert all(r.get("reason") for r in triage if r["outcome"] != "entry")

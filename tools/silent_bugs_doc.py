@@ -111,7 +111,7 @@ OUTCOMES = {
 def render() -> str:
     from opscan.knowledge.silent_bugs import load_bugs
 
-    bugs = load_bugs()[1]
+    bugs = load_bugs()
     data = yaml.safe_load(TRIAGE.read_text(encoding="utf-8"))
     triage = data["records"]
     confidence = Counter(b.confidence for b in bugs)

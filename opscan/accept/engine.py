@@ -48,6 +48,7 @@ class AcceptOptions:
     perturb: tuple[str, float] | None = None
     fail_on_lane: str = "linux-gpu-first"
     report: str | None = None  # a scan's report.json for the predicted lane
+    public_args: tuple[str, ...] = ()  # --public-arg: the --arg names whose values the package records
 
 
 @dataclass(frozen=True)

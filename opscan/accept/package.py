@@ -8,13 +8,14 @@ torch.load(..., weights_only=True)), verdict.json, RERUN.md and rerun.sh.
 
 from __future__ import annotations
 
-import json
 import shlex
 from typing import Any
 
 import yaml
 
 from opscan.accept.render import comparison_markdown, kind_rows
+from opscan.target.inputs import REDACTED, arg_words
+from opscan.trust.text import strict_json
 
 CHECKPOINT = "checkpoint/checkpoint.pt"
 
@@ -80,7 +81,7 @@ def command(result, spec_path: str, output: str) -> list[str]:
     """The command line that reruns this acceptance with the package's spec."""
     o = result.options
     argv = ["python", "-m", "opscan", "accept", o.target, "--device", o.device, "--reference", o.reference]
-    argv += [a for k, v in o.args.items() for a in ("--arg", f"{k}={v!r}")]
+    argv += arg_words(o.args, o.public_args)  # KEY=<redacted> unless --public-arg KEY: rerun.sh asks for it
     argv += [a for text in o.inputs for a in ("--input", text)]
     argv += ["--dtype", o.dtype] if o.dtype != "float32" else []
     argv += ["--allow-tf32"] if o.allow_tf32 else []
@@ -95,7 +96,9 @@ def rerun_markdown(result, cwd: str) -> str:
     return (f"# Rerun this acceptance\n\nFrom `{cwd}` (the folder the run started in; TARGET paths are relative "
             f"to it), with the same packages (environment.json):\n\n```sh\n{line}\n```\n\nwhere PACKAGE is this "
             "folder. Or run `bash rerun.sh` (it changes to that folder first; set OPSCAN_RERUN_CWD to run "
-            "elsewhere). The checkpoint loads with `torch.load('checkpoint/checkpoint.pt', weights_only=True)`: "
+            f"elsewhere). An --arg shown as `KEY={REDACTED}` was not recorded (a value may be a credential; "
+            "`--public-arg KEY` records it): rerun.sh reads it from the variable OPSCAN_ARG_KEY. The checkpoint "
+            "loads with `torch.load('checkpoint/checkpoint.pt', weights_only=True)`: "
             "`{'model': state_dict, 'optimizer': state_dict}`.\n")
 
 
@@ -105,12 +108,22 @@ def rerun_script(result, cwd: str) -> str:
     spec, out = object(), object()  # placeholders, swapped for the package's paths element by element
     shell = {spec: '"$PACKAGE/spec.yaml"', out: '"$PACKAGE-rerun"'}
     argv = command(result, spec, out)
-    line = " ".join(['"${PYTHON:-python3}"', *(shell.get(a) or shlex.quote(a) for a in argv[1:])])
+    line = " ".join(['"${PYTHON:-python3}"', *(shell.get(a) or _from_environment(a) or shlex.quote(a)
+                                               for a in argv[1:])])
     return ("#!/usr/bin/env bash\n# Rerun the acceptance this package records (exit code as opscan accept's; "
             "PYTHON picks the interpreter).\n"
             'set -euo pipefail\nPACKAGE="$(cd "$(dirname "$0")" && pwd)"\n'
             f"CWD={shlex.quote(cwd)}\n"
             'cd "${OPSCAN_RERUN_CWD:-$CWD}"\nexport HF_HUB_OFFLINE=1\n' f"{line}\n")
+
+
+def _from_environment(word) -> str | None:
+    """`KEY=<redacted>` (an --arg whose value is not recorded) as the shell word that reads it from OPSCAN_ARG_KEY
+    and stops with a line naming the variable when it is not set; None for any other word."""
+    key, sep, value = str(word).partition("=")
+    if not sep or value != REDACTED or not key.isidentifier():
+        return None
+    return f'"{key}=${{OPSCAN_ARG_{key}:?set OPSCAN_ARG_{key} to the value of --arg {key}, which is not recorded}}"'
 
 
 def _losses(run) -> list[float]:
@@ -128,4 +141,4 @@ def _finite(row: dict) -> dict:
 
 
 def _json(data: Any) -> str:
-    return json.dumps(data, indent=2, default=str) + "\n"
+    return strict_json(data, indent=2, default=str) + "\n"

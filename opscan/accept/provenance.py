@@ -17,7 +17,10 @@ def environment(options) -> dict[str, Any]:
     """Where the run happened: versions, the command, and a record per device (target, reference)."""
     from opscan.probe.backends import environment_record
 
-    return {"opscan": __version__, "command": ["opscan", *sys.argv[1:]] if sys.argv[1:2] == ["accept"] else None,
+    from opscan.target.inputs import redacted_argv
+
+    argv = ["opscan", *redacted_argv(sys.argv[1:], options.public_args)] if sys.argv[1:2] == ["accept"] else None
+    return {"opscan": __version__, "command": argv,  # --arg values only for --public-arg names
             "packages": _versions(), "seed": options.spec.seed,
             "target": {**environment_record("accept", options.device), **_device(options.device),
                        "dtype": options.dtype},

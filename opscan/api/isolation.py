@@ -10,11 +10,14 @@ StepCopies, not fake tensors: the trace then sees real values (`.item()`, masks,
 counters) as the CLI's real-tensor trace does; the price is a second copy of the weights and the optimizer state
 in memory while the scan runs.
 
-What a copy cannot cover — a hook or closure that reaches the caller's objects directly — is caught after the scan:
-`Fingerprint` records, cheaply, the identity and version counter of every parameter, buffer, gradient and optimizer
-state tensor, the attributes of every module and the optimizer's hyperparameters, and `changed()` names what
-differs. The global random states (torch's CPU generator and CUDA's, Python's `random`, NumPy's when imported) are
-put back (`kept_random_state`).
+A copy that is not one — a `__deepcopy__` that returns self, or a new module over the same parameter tensors —
+is refused before anything runs (`check_apart`: no tensor of the copies is, or shares memory with, one of the
+caller's), so the caller's weights are never stepped. What a copy cannot cover — a hook or closure that reaches the
+caller's objects directly — is caught after the scan: `Fingerprint` records, cheaply, the identity and version
+counter of every parameter, buffer, gradient and optimizer state tensor, the attributes of every module (and what
+a dict, list or set attribute holds, a few levels down: a hook that writes into a dict the model holds) and the
+optimizer's hyperparameters, and `changed()` names what differs. The global random states (torch's CPU generator
+and CUDA's, Python's `random`, NumPy's when imported) are put back (`kept_random_state`).
 """
 
 from __future__ import annotations
@@ -56,6 +59,40 @@ def copies_of(model, inputs, optimizer=None, loss_fn=None, train_step=None) -> S
                           f": {first} — make it deep-copyable (copy.deepcopy), or scan a factory with the CLI "
                           "(opscan FILE.py:FUNCTION)") from None
     return StepCopies(copied[0], copied[1], opt, copied[2], copied[3])
+
+
+def check_apart(model, optimizer, copies: StepCopies) -> None:
+    """IsolationError, before anything runs, when a copy is the caller's object or holds the caller's tensors (a
+    `__deepcopy__` that returns self): the step would change the caller's weights."""
+    mine = _tensors_of(model, optimizer, "model")
+    shared = [name for name, t in _tensors_of(copies.model, copies.optimizer, "copy").items()
+              if any(t is m or _same_memory(t, m) for m in mine.values())]
+    same = [label for label, a, b in (("the model", copies.model, model), ("the optimizer", copies.optimizer,
+                                                                          optimizer)) if a is b and b is not None]
+    if same or shared:
+        what = ", ".join(same + [n.removeprefix("copy") or "(model)" for n in shared[:3]])
+        more = f" and {len(shared) - 3} more" if len(shared) > 3 else ""
+        raise IsolationError(
+            f"copying your objects gave back your own: {what}{more} — a __deepcopy__ returns the object itself (or "
+            "a copy over the same tensors), so the step would change your weights; nothing was run. Make "
+            "copy.deepcopy give a real copy, or scan with the CLI (opscan FILE.py:FUNCTION)")
+
+
+def _tensors_of(model, optimizer, root: str) -> dict:
+    """{name: tensor} of the parameters, buffers and optimizer state of `model` and `optimizer`."""
+    found = {f"{root}.{n}" if n else root: t for n, t in [*model.named_parameters(remove_duplicate=False),
+                                                          *model.named_buffers(remove_duplicate=False)]}
+    for i, state in enumerate(getattr(optimizer, "state", {}).values() if optimizer is not None else ()):
+        found.update({f"{root} optimizer.state[{i}].{k}": v for k, v in state.items() if hasattr(v, "data_ptr")})
+    return found
+
+
+def _same_memory(a, b) -> bool:
+    try:
+        return a.numel() > 0 and b.numel() > 0 and a.device == b.device and a.data_ptr() != 0 and \
+            a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError, AttributeError):  # meta or fake tensors: no memory to share
+        return False
 
 
 def copy_optimizer(optimizer, memo: dict):
@@ -121,9 +158,22 @@ def _module_marks(model, root: str) -> dict[str, Any]:
     for path, module in model.named_modules():
         where = f"{root}.{path}" if path else root
         marks[f"{where} attributes"] = {k: id(v) for k, v in vars(module).items()}
+        marks.update({f"{where}.{k}": _contents(v) for k, v in vars(module).items()
+                      if isinstance(v, (dict, list, set)) and not k.startswith("_")})
         for name, t in [*module._parameters.items(), *module._buffers.items()]:
             marks[f"{where}.{name}"] = None if t is None else _tensor_mark(t)
     return marks
+
+
+def _contents(value, depth: int = 3, limit: int = 1000):
+    """A mark of what a container holds (the identity of each item, a few levels down, at most `limit` items a
+    level): a closure that writes into a dict the model holds changes it."""
+    if depth == 0 or not isinstance(value, (dict, list, tuple, set)):
+        return _tensor_mark(value) if hasattr(value, "_version") else id(value)
+    items = list(value.items()) if isinstance(value, dict) else list(enumerate(value)) if not isinstance(
+        value, set) else [(repr(v)[:80], v) for v in value]
+    return (id(value), len(items), tuple((k if isinstance(k, (str, int)) else repr(k)[:80],
+                                          _contents(v, depth - 1, limit)) for k, v in items[:limit]))
 
 
 def _optimizer_marks(optimizer) -> dict[str, Any]:

@@ -51,7 +51,7 @@ def analyze(model: Any, example_inputs: Any, *, optimizer: Any = None, loss_fn: 
 
 def _analyzed(model, example_inputs, optimizer, loss_fn, train_step, inference: bool, options, name):
     """analyze() inside its kept random state."""
-    from opscan.api.isolation import Fingerprint, check_unchanged, copies_of, optimizer_for
+    from opscan.api.isolation import Fingerprint, check_apart, check_unchanged, copies_of, optimizer_for
     from opscan.knowledge import load_knowledge
     from opscan.render.notebook import NotebookReport
     from opscan.scan import prepare_loaded, scan
@@ -64,6 +64,7 @@ def _analyzed(model, example_inputs, optimizer, loss_fn, train_step, inference: 
     ctx = RunContext()
     fingerprint = Fingerprint(model, optimizer, (loss_fn, getattr(train_step, "__self__", None)))
     copies = copies_of(model, example_inputs, optimizer, loss_fn, train_step)
+    check_apart(model, optimizer, copies)  # a copy that is not one: refused before the step touches anything
     target = Target(spec=options.target, name=name or type(model).__name__, model=copies.model,
                     inputs=copies.inputs, train_step=copies.train_step, loss_fn=copies.loss_fn,
                     build_optimizer=optimizer_for(copies), project=project_folder(os.path.join(os.getcwd(), "_")))

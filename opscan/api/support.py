@@ -53,7 +53,12 @@ def supports(op: Any, dtypes: Sequence[str] | str | None = None, *, release: str
     from opscan.predict.coverage import kernel_of
 
     key = op_key(op)
-    wanted = (dtypes,) if isinstance(dtypes, str) else tuple(dtypes or ())
+    wanted = dtype_names(dtypes)
+    for name, value in (("release", release), ("macos", macos)):
+        if value is not None and not isinstance(value, str):
+            example = "'2.14.1'" if name == "release" else "'15.1'"
+            raise UsageError(f"{name}={value!r:.80} is of type {type(value).__name__}, not text — pass it as a string "
+                             f"(e.g. {name}={example})")
     kb = load_knowledge(release=release or installed_release() or kb_releases()[-1], macos=macos)
     _check_declared(key, kb)
     question = _question(key, wanted)
@@ -62,16 +67,64 @@ def supports(op: Any, dtypes: Sequence[str] | str | None = None, *, release: str
                    _since(key, question, macos), kernel_of(key, kb), found.remedy)
 
 
+# torch's dtype names, as opscan writes them (str(torch.float16) without "torch."); the aliases torch also accepts
+DTYPE_NAMES = frozenset({
+    "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64", "float16", "bfloat16",
+    "float32", "float64", "complex32", "complex64", "complex128", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+    "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2", "qint8", "quint8", "qint32", "quint4x2", "quint2x4"})
+DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "short": "int16", "int": "int32",
+                 "long": "int64", "cfloat": "complex64", "cdouble": "complex128", "chalf": "complex32"}
+
+
 def op_key(op: Any) -> OpKey:
-    """The OpKey of an operator given by name or as a torch op (an OpOverloadPacket means its default)."""
+    """The OpKey of an operator given by name or as a torch op (an OpOverloadPacket means its default);
+    UsageError for anything else."""
     if not isinstance(op, str):
-        text = str(op)
-        return OpKey.parse(text if text.count(".") == 2 else f"{text}.default")
+        text = str(op) if type(op).__name__ in ("OpOverload", "OpOverloadPacket") else None
+        try:
+            return OpKey.parse(text if text.count(".") == 2 else f"{text}.default")
+        except (ValueError, AttributeError):
+            raise UsageError(f"op={op!r:.80} is of type {type(op).__name__}, not an operator — pass its name "
+                             "(aten::add.Tensor) or a torch op (torch.ops.aten.add.Tensor)") from None
     try:
         return OpKey.parse(op)
     except ValueError:
         raise UsageError(f"{op!r} is not an operator name — spell it aten::name or aten::name.overload "
                          "(e.g. aten::add.Tensor)") from None
+
+
+def dtype_names(dtypes: Any) -> tuple[str, ...]:
+    """The input dtypes asked about, as torch names: one name or torch.dtype, or a sequence of them; UsageError
+    for anything else (an unknown or misspelt name, a number) — it would be answered as if it were a dtype."""
+    if dtypes is None:
+        return ()
+    items = (dtypes,) if isinstance(dtypes, str) or type(dtypes).__name__ == "dtype" else dtypes
+    try:
+        items = tuple(items)
+    except TypeError:
+        raise UsageError(f"dtypes={dtypes!r:.80} is of type {type(dtypes).__name__} — pass a dtype name "
+                         "('float32') or a list of them") from None
+    return tuple(_dtype_name(item) for item in items)
+
+
+def _dtype_name(item: Any) -> str:
+    text = str(item).removeprefix("torch.") if type(item).__name__ == "dtype" else item
+    if not isinstance(text, str):
+        raise UsageError(f"dtype {item!r:.80} is of type {type(item).__name__}, not a dtype name — pass names such as "
+                         "'float32' or torch dtypes")
+    if text in DTYPE_NAMES:
+        return text
+    closest = _closest(text)
+    hint = (f"torch calls it {DTYPE_ALIASES[text]}" if text in DTYPE_ALIASES else f"did you mean {closest}?"
+            if closest else "torch's names are float32, float16, bfloat16, int64, ...")
+    raise UsageError(f"{text!r:.80} is not a torch dtype — {hint}")
+
+
+def _closest(text: str) -> str | None:
+    import difflib
+
+    found = difflib.get_close_matches(text, sorted(DTYPE_NAMES), n=1)
+    return found[0] if found else None
 
 
 def _check_declared(key: OpKey, kb) -> None:

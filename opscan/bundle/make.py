@@ -21,6 +21,7 @@ from opscan.bundle import FORMAT, MANIFEST, PROBES, RESULTS
 from opscan.bundle.results import bundle_hash, digest
 from opscan.bundle.templates import README_TXT, RUN_SH, quoted
 from opscan.opkey import Release
+from opscan.trust.text import strict_json
 
 # what the bundle's runner imports, and nothing else: tests/test_bundle.py checks both ways
 PROBE_MODULES = ("runner", "launch", "protocol", "worker", "zygote", "replay", "rebuild", "comparison", "backends",
@@ -84,7 +85,7 @@ def bundle_files(spec: BundleSpec, name: str) -> dict[str, bytes]:
         "repro": scripts, "repro_timeout": spec.repro_timeout, "files": dict(sorted(listed.items())),
     }
     manifest["bundle_hash"] = bundle_hash(manifest)
-    files[MANIFEST] = (json.dumps(manifest, indent=2) + "\n").encode()
+    files[MANIFEST] = (strict_json(manifest, indent=2) + "\n").encode()
     return files
 
 

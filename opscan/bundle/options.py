@@ -22,6 +22,7 @@ def options_to_data(options) -> dict[str, Any]:
     data = {name: getattr(options, name) for name in DATA_FIELDS + LATER_FIELDS}
     data["inputs"] = list(options.inputs)
     data["args"] = {key: _literal_repr(key, value) for key, value in options.args.items()}
+    data["public_args"] = list(options.public_args)
     return data
 
 
@@ -33,6 +34,7 @@ def options_from_data(data: dict[str, Any], **overrides: Any):
     fields.update({name: data.get(name) for name in LATER_FIELDS})
     fields["inputs"] = tuple(data["inputs"])
     fields["args"] = {key: ast.literal_eval(text) for key, text in data["args"].items()}
+    fields["public_args"] = tuple(data.get("public_args") or ())  # a record made before --public-arg: none
     return ScanOptions(**{**fields, **overrides})
 
 

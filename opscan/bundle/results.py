@@ -66,9 +66,10 @@ def _outside(rel) -> bool:
     return not parts or any(p in ("", ".", "..") for p in parts)
 
 
-def parse_lines(data: bytes, parse=json.loads) -> tuple[list[dict], int, int | None]:
+def parse_lines(data: bytes, parse=json.loads, why: list | None = None) -> tuple[list[dict], int, int | None]:
     """(entries of the complete lines, byte length of the part read, number of the first bad line or None);
-    `parse`: one line's JSON (merge passes the one reader's, opscan/trust/read.py json_value, with its limits).
+    `parse`: one line's JSON (merge passes the one reader's, opscan/trust/read.py json_value, with its limits);
+    `why`, when given, gets what is wrong with the bad line.
 
     A last line without its newline (the run was killed mid-write) is torn: left out, not bad."""
     valid = data[: data.rfind(b"\n") + 1]
@@ -76,9 +77,11 @@ def parse_lines(data: bytes, parse=json.loads) -> tuple[list[dict], int, int | N
     for number, raw in enumerate(valid.splitlines(), 1):
         try:
             entry = parse(raw)
-        except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, the reader's Malformed
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, the reader's Malformed
+            (why if why is not None else []).append(str(exc)[:200])
             return entries, len(valid), number
         if not isinstance(entry, dict) or not isinstance(entry.get("kind"), str):
+            (why if why is not None else []).append("not a record with a kind")
             return entries, len(valid), number
         entries.append(entry)
     return entries, len(valid), None
@@ -130,9 +133,10 @@ def load(path: Path, bundle: str, probes, on_pass: str) -> Results:
 
     data = read_bytes(path, "results file", "pass results/results.jsonl as the bundle's run.sh wrote it",
                       error=ResultsError)
-    entries, size, bad = parse_lines(data, json_value)
+    why: list[str] = []
+    entries, size, bad = parse_lines(data, json_value, why)
     if bad is not None:
-        raise ResultsError(f"corrupted results file {path}: line {bad} is not a JSON record — {AGAIN}")
+        raise ResultsError(f"corrupted results file {path}: line {bad} is not a JSON record ({why[0]}) — {AGAIN}")
     header = entries[0] if entries else {}
     if header.get("kind") != "header" or header.get("results") != VERSION:
         raise ResultsError(f"corrupted results file {path}: it does not start with an opscan results header "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import logging
 import math
 import sys
@@ -23,6 +22,7 @@ from opscan.cli.options import DEFAULT_STEP_TIMEOUT, Parser, count, env_flag, se
 from opscan.errors import UsageError
 from opscan.target.run import RunContext
 from opscan.trust.names import safe_name
+from opscan.trust.text import strict_json
 
 log = logging.getLogger("opscan")
 
@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", action="append", default=[], metavar="SHAPE:DTYPE[:LOW-HIGH]",
                    help="random input tensor, repeatable (replaces the target's inputs)")
     p.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE", help="factory keyword argument")
+    p.add_argument("--public-arg", action="append", default=[], metavar="KEY",
+                   help="record this --arg's value in the package (by default its name only; rerun.sh then reads "
+                        "the value from OPSCAN_ARG_KEY)")
     env_flag(p, "--device", env="OPSCAN_DEVICE", default="mps",
              help="the target device: mps (default), cuda, cpu (env OPSCAN_DEVICE)")
     p.add_argument("--reference", default="cpu", help="the reference device (default cpu; runs float32)")
@@ -105,7 +108,7 @@ def _options(args: argparse.Namespace):
     """AcceptOptions from the flags; every malformed value is a one-line UsageError."""
     from opscan.accept.engine import AcceptOptions
     from opscan.accept.spec import AcceptSpec, load_spec
-    from opscan.target.inputs import parse_arg, parse_input
+    from opscan.target.inputs import parse_arg, parse_input, public_name
 
     for text in args.input:
         parse_input(text)
@@ -117,7 +120,8 @@ def _options(args: argparse.Namespace):
         spec = replace(spec, **overrides)
     return AcceptOptions(args.target, dict(parse_arg(a) for a in args.arg), tuple(args.input), args.device,
                          args.reference, args.dtype, spec, args.allow_tf32, _perturb(args.perturb),
-                         args.fail_on_lane, args.report)
+                         args.fail_on_lane, args.report,
+                         tuple(dict.fromkeys(public_name(a) for a in args.public_arg)))
 
 
 def _perturb(text: str | None) -> tuple[str, float] | None:
@@ -141,7 +145,7 @@ def _render(result, fmt: str) -> str:
     if fmt == "json":
         data = {"verdict": verdict_data(result), "comparison": comparison_data(result)}
         data["comparison"].pop("comparisons")
-        return json.dumps(data, indent=2, default=str) + "\n"
+        return strict_json(data, indent=2, default=str) + "\n"
     return console(result)
 
 
@@ -150,7 +154,8 @@ def _write_package(ctx: RunContext, result, out_dir: Path, log_text: str, cwd: s
     from opscan.accept.provenance import environment
 
     files = build_package(result, environment(result.options), log_text, cwd)
-    write_whole(ctx, {out_dir / relative: content for relative, content in files.items()}, (out_dir / "rerun.sh",))
+    write_whole(ctx, {out_dir / relative: content for relative, content in files.items()}, (out_dir / "rerun.sh",),
+                root=out_dir)
 
 
 def _configure_logging(quiet: int) -> io.StringIO:

@@ -117,7 +117,8 @@ def _write(ctx: RunContext, folder: Path, files: dict[str, bytes]) -> Path:
     archive = folder.with_name(folder.name + ".zip")
     prepare_folder(ctx, folder)
     write_whole(ctx, {**{inside(folder, rel): data for rel, data in files.items()},
-                      archive: zip_bytes(files, folder.name), record: manifest}, executable=(folder / "run.sh",))
+                      archive: zip_bytes(files, folder.name), record: manifest}, executable=(folder / "run.sh",),
+                root=folder)
     return archive
 
 

@@ -22,7 +22,7 @@ from opscan.cli.files import (is_open, output_error, prepare_folder, remove_crea
 from opscan.errors import ExitCode, OpscanError, OutputError
 from opscan.target.run import RunContext
 from opscan.trust.names import inside
-from opscan.trust.text import ascii_text, encodable, printable
+from opscan.trust.text import ascii_text, encodable, inert_commands, printable
 
 log = logging.getLogger("opscan")
 VERDICT_NAMES = ("native", "unknown", "cpu_fallback", "unsupported", "unsupported_dtype", "mismatch",
@@ -134,9 +134,11 @@ def artefact(ctx: RunContext):
     return ctx.artefact[-1] if ctx.artefact else sys.stdout
 
 
-def emit(ctx: RunContext, text: str) -> None:
+def emit(ctx: RunContext, text: str, commands: bool = False) -> None:
     """Print the artefact; a reader that stops early (`opscan ... | head`) is not an error, a full or closed
-    stdout is (exit 2)."""
+    stdout is (exit 2). No line of it starts with `::` (a GitHub workflow command: trust/text.py inert_commands)
+    unless `commands` (`-f github`, whose lines are workflow commands by design)."""
+    text = text if commands else inert_commands(text)
     stream = artefact(ctx)
     if stream is None:
         raise OutputError("stdout is closed, so the output has nowhere to go — run opscan with stdout open "
@@ -211,7 +213,7 @@ def write_reports(ctx: RunContext, report, out_dir: Path, real_outputs: dict | N
         rendered = render_files(report.to_dict(), device=device, real_outputs=real_outputs, keep_paths=keep_paths)
         repro = {inside(out_dir, rel): text for rel, text in rendered.items()}
     stale = stale_repro(out_dir, set(repro))
-    write_whole(ctx, {**files, **repro}, tuple(p for p in repro if p.suffix == ".py"))
+    write_whole(ctx, {**files, **repro}, tuple(p for p in repro if p.suffix == ".py"), root=out_dir)
     remove_stale(stale, out_dir / "repro")
     for name in CALLS_NAMES if graphs else ():  # an earlier run's graph.graphml(.gz) of the other kind
         if name not in graphs:
@@ -250,10 +252,14 @@ def configure_logging(level: int) -> None:
 
 class _Printable(logging.Formatter):
     """opscan's log lines with control characters and terminal escape sequences (a module or model name, an
-    exception text from a Mac) as visible escapes (opscan/trust/text.py)."""
+    exception text from a Mac) as visible escapes (opscan/trust/text.py); each value in a line stays on it (its
+    line breaks escaped too), so no value starts a line of its own (a GitHub workflow command)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return printable(super().format(record))
+        if isinstance(record.args, tuple) and record.args:
+            record = logging.makeLogRecord({**record.__dict__, "args": tuple(
+                printable(a, newlines=False) if isinstance(a, (str, os.PathLike)) else a for a in record.args)})
+        return inert_commands(printable(super().format(record)))
 
 
 def quiet_torch_logs(ctx: RunContext, verbose: int) -> None:

@@ -2,15 +2,17 @@
 
 What makes folders or writes takes the run's context (opscan/target/run.py RunContext): the folders made are the run's.
 
-- `write_whole(ctx, files)`: every file is written to a temporary name beside it (`.NAME.PID.tmp`), flushed and
-  fsynced, then all of them are renamed into place. A failure (a full disk, a file-size limit, a read-only
-  folder) removes the temporaries and raises OutputError naming the file: nothing partial is left, and the
-  files an earlier run wrote there stay as they were.
+- `write_whole(ctx, files, root=)`: every file is written to a new temporary beside it (an unpredictable name made
+  with O_CREAT|O_EXCL|O_NOFOLLOW: opscan/trust/output.py), flushed and fsynced, then all of them are renamed into
+  place. Below `root` (the output folder) no link is followed: a link planted there (a linked repro/) is exit 2
+  naming it. A failure (a full disk, a file-size limit, a read-only folder) removes the temporaries and raises
+  OutputError naming the file: nothing partial is left, and the files an earlier run wrote there stay as they were.
 - `write_under(ctx, folder, files)`: the same for files named by paths relative to `folder` (scripts executable).
 - `prepare_folder(ctx, path)`: create the folder (remembering what it created: a run that ends without writing
-  into it removes the folders it made, when they are still empty) and check that it is writable.
+  into it removes the folders it made, when they are still empty) and check that it is writable (a new file of
+  an unpredictable name, O_EXCL|O_NOFOLLOW, made and removed).
 - `stale_repro(out_dir, current)` / `remove_stale`: the repro files (repro/<op>/repro_N.py, ISSUE.md) of an earlier
-  run that the report now written does not have, removed once the new files are in place.
+  run that the report now written does not have, removed once the new files are in place — never through a link.
 - `claim(ctx, folder, identity)`: a folder holding another target's results (its `.opscan-target.json`, or an
   earlier report.json naming another target) is refused with exit 2; nothing is ever deleted, and the same
   target's journal stays for `--resume`. The marker is written before anything else goes into the folder.
@@ -22,11 +24,13 @@ import errno
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from opscan.errors import OutputError, UsageError
 from opscan.target.run import RunContext
 from opscan.trust.names import inside
+from opscan.trust.output import Folder, LinkError
 from opscan.trust.read import MAX_BYTES, SMALL_BYTES, read_json
 
 MARKER = ".opscan-target.json"
@@ -35,20 +39,45 @@ _FIX = {errno.ENOSPC: "free some space and rerun", errno.EDQUOT: "free some spac
         errno.EROFS: "pass -o with a folder on a writable file system"}
 
 
-def write_whole(ctx: RunContext, files: dict[Path, str | bytes], executable: tuple[Path, ...] = ()) -> list[Path]:
-    """Write every file whole (see the module docstring); the paths written."""
-    temporaries: dict[Path, Path] = {}
+def write_whole(ctx: RunContext, files: dict[Path, str | bytes], executable: tuple[Path, ...] = (),
+                root: Path | None = None) -> list[Path]:
+    """Write every file whole (see the module docstring); the paths written. Below `root` (the output folder)
+    no link is followed; a file outside it is written in its own folder."""
+    placed = {Path(path): _place(Path(path), root) for path in files}
     current = next(iter(files), Path("?"))
+    folders: dict[Path, Folder] = {}
+    temporaries: list[tuple[Folder, tuple[str, ...], str]] = []
     try:
+        for anchor in dict.fromkeys(a for a, _ in placed.values()):
+            make_folders(ctx, anchor)
+            folders[anchor] = Folder(anchor, ctx.folder_made)
         for current, content in files.items():
-            temporaries[current] = _write_temporary(ctx, current, content, current in executable)
-        for current, temporary in temporaries.items():
-            os.replace(temporary, current)
+            anchor, parts = placed[Path(current)]
+            data = content.encode("utf-8") if isinstance(content, str) else content
+            name = folders[anchor].temporary(parts, data, 0o755 if current in executable else None)
+            temporaries.append((folders[anchor], parts, name))
+        for current, (folder, parts, name) in zip(files, temporaries):
+            folder.replace(parts, name, Path(current).name)
     except OSError as exc:
-        for temporary in temporaries.values():
-            _unlink(temporary)
+        for folder, parts, name in temporaries:
+            folder.unlink(parts, name)
         raise output_error(exc, current) from None
+    finally:
+        for folder in folders.values():
+            folder.close()
     return list(files)
+
+
+def _place(path: Path, root: Path | None) -> tuple[Path, tuple[str, ...]]:
+    """(the folder walked from, the subfolders below it) of a file: below `root` when it is there."""
+    if root is not None:
+        try:
+            parts = path.parent.relative_to(root).parts
+        except ValueError:
+            parts = None
+        if parts is not None and ".." not in parts:
+            return Path(root), parts
+    return path.parent, ()
 
 
 def write_file(ctx: RunContext, path: Path, content: str | bytes, executable: bool = False) -> Path:
@@ -57,37 +86,19 @@ def write_file(ctx: RunContext, path: Path, content: str | bytes, executable: bo
 
 
 def write_under(ctx: RunContext, folder: Path, files: dict[str, str]) -> list[Path]:
-    """Files named relative to `folder` (render_files' output; scripts executable), whole or not at all; the
-    paths written."""
+    """Files named relative to `folder` (render_files' output; scripts executable), whole or not at all, no link
+    below `folder` followed; the paths written."""
     paths = {inside(folder, rel): text for rel, text in files.items()}
-    return write_whole(ctx, paths, tuple(p for p in paths if p.suffix == ".py"))
+    return write_whole(ctx, paths, tuple(p for p in paths if p.suffix == ".py"), root=folder)
 
 
 def output_error(exc: OSError, path) -> OutputError:
     """The one line for a file that could not be written: which file, why, and what to do."""
+    if isinstance(exc, LinkError):
+        return OutputError(f"cannot write {path}: {exc.strerror} — remove {exc.filename} (or pass -o with a folder "
+                           "only you write to)")
     fix = _FIX.get(exc.errno, "pass -o with a writable folder")
     return OutputError(f"cannot write {path}: {exc.strerror or exc} — {fix}")
-
-
-def _write_temporary(ctx: RunContext, path: Path, content: str | bytes, executable: bool) -> Path:
-    """`content` written and synced under a temporary name beside `path` (removed again on failure)."""
-    make_folders(ctx, path.parent)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.opscan-tmp")
-    data = content.encode("utf-8") if isinstance(content, str) else content
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
-        if executable:
-            os.fchmod(fd, 0o755)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    except OSError:
-        _unlink(temporary)
-        raise
-    finally:
-        os.close(fd)
-    return temporary
 
 
 def is_open(fd: int) -> bool:
@@ -97,13 +108,6 @@ def is_open(fd: int) -> bool:
     except OSError:
         return False
     return True
-
-
-def _unlink(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def make_folders(ctx: RunContext, folder: Path) -> None:
@@ -118,9 +122,9 @@ def prepare_folder(ctx: RunContext, folder: Path) -> Path:
     """Create `folder` (recording the folders made) and check that files can be written there."""
     try:
         make_folders(ctx, folder)
-        probe = folder / f".opscan-write-test.{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
+        fd, probe = tempfile.mkstemp(prefix=".opscan-write-test.", dir=folder)  # O_EXCL|O_NOFOLLOW, a new name
+        os.close(fd)
+        os.unlink(probe)
     except OSError as exc:
         raise OutputError(f"cannot write reports to {str(folder)!r}: {exc.strerror or exc} — pass -o with a "
                           "writable folder") from None
@@ -201,18 +205,22 @@ REPRO_FILE = re.compile(r"repro_\d+\.py|ISSUE\.md")
 def stale_repro(out_dir: Path, current: set[Path]) -> list[Path]:
     """The files an earlier run wrote into `out_dir`/repro/<op>/ (repro_N.py, ISSUE.md: opscan's names only) that
     the report now written does not have: after a rescan (another --arg, a fixed model, no --repro) repro/ holds
-    the current report's findings only."""
+    the current report's findings only. Links are not followed: a linked repro/ or op folder holds nothing of ours."""
     folder = out_dir / "repro"
-    if not folder.is_dir():
+    if folder.is_symlink() or not folder.is_dir():
         return []
-    return sorted(p for p in folder.glob("*/*") if REPRO_FILE.fullmatch(p.name) and p not in current
-                  and p.is_file() and not p.is_symlink())
+    ops = [p for p in folder.iterdir() if not p.is_symlink() and p.is_dir()]
+    return sorted(p for op in ops for p in op.iterdir() if REPRO_FILE.fullmatch(p.name) and p not in current
+                  and not p.is_symlink() and p.is_file())
 
 
 def remove_stale(paths: list[Path], folder: Path) -> None:
-    """Remove `paths` (stale_repro's, once the new files are in place), then the op folders left empty."""
-    for path in paths:
-        _unlink(path)
+    """Remove `paths` (stale_repro's, once the new files are in place; `folder` is OUT/repro), walking from the
+    output folder without following a link (a link in the way: nothing is removed), then the op folders left
+    empty."""
+    with Folder(folder.parent) as out:
+        for path in paths:
+            out.unlink(path.parent.relative_to(folder.parent).parts, path.name)
     for parent in sorted({p.parent for p in paths}, reverse=True):
         remove_if_empty(parent)
     if paths:

@@ -38,7 +38,7 @@ def _run(args: argparse.Namespace, ctx: RunContext) -> int:
         report = _scan_shown(args, ctx)
         out_dir = output_folder(ctx, args, report.model_name)
         write_reports(ctx, report, out_dir, keep_paths=args.keep_paths)
-        emit(ctx, render(ctx, report, args, baseline))
+        emit(ctx, render(ctx, report, args, baseline), commands=args.format == "github")
         return exit_code(report, args.fail_on, baseline)
 
 

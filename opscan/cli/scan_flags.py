@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="random input tensor, repeatable (e.g. 1x3x224x224:float32, 8x128:int64:0-30522)")
     p.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
                    help="keyword argument for the factory, repeatable (value parsed as a Python literal)")
+    p.add_argument("--public-arg", action="append", default=[], metavar="KEY",
+                   help="record this --arg's value in the report's command line and repro files (by default they "
+                        "keep its name only: a value may be a credential)")
     p.add_argument("--inference", action="store_true", help="scan the forward only, under inference_mode")
     p.add_argument("--dtype", choices=("bfloat16", "float16"), help="cast model and floating inputs")
     env_flag(p, "-f", "--format", env="OPSCAN_FORMAT", default="table", choices=FORMAT_NAMES,
@@ -129,9 +132,10 @@ def _memory_flags(p: argparse.ArgumentParser) -> None:
 def scan_options(args, probe, live=None):
     """ScanOptions from the parsed scan flags, with these probe and live-memory options."""
     from opscan.scan import ScanOptions
-    from opscan.target.inputs import parse_arg
+    from opscan.target.inputs import parse_arg, public_name
 
     return ScanOptions(args.target, tuple(args.input), dict(parse_arg(a) for a in args.arg),
+                       public_args=tuple(dict.fromkeys(public_name(a) for a in args.public_arg)),
                        inference=args.inference, dtype=args.dtype, fx=not args.no_fx, fake=args.fake,
                        auto_fake=not args.no_fake, torch_version=args.torch_version, macos=args.macos,
                        chip=args.chip, probe=probe,

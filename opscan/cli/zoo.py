@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import json
 import logging
 import os
 import sys
@@ -20,11 +19,12 @@ from pathlib import Path
 
 from opscan.cli.command import Command
 from opscan.cli.common import emit
-from opscan.cli.files import prepare_folder, write_whole
+from opscan.cli.files import output_error, prepare_folder, write_whole
 from opscan.cli.options import Parser, count, seconds
 from opscan.errors import ExitCode, UsageError
 from opscan.target.run import RunContext
 from opscan.trust.names import safe_name
+from opscan.trust.text import strict_json
 
 log = logging.getLogger("opscan")
 DEFAULT_TIMEOUT = 900.0
@@ -76,7 +76,7 @@ def _diff(args, ctx: RunContext) -> int:
 
     old, new = _board(Path(args.old)), _board(Path(args.new))
     found = diff(old, new)
-    text = printable(render_diff(found)) if args.format == "text" else json.dumps(found.to_dict(), indent=1) + "\n"
+    text = printable(render_diff(found)) if args.format == "text" else strict_json(found.to_dict(), indent=1) + "\n"
     emit(ctx, text)  # the leaderboards are files from elsewhere: their names print with escapes, never raw
     return ExitCode.FINDINGS if found.changes else ExitCode.OK
 
@@ -180,7 +180,7 @@ def _write(ctx: RunContext, board, out_dir: Path) -> None:
     from opscan.zoo.outputs import render_csv, render_json
 
     texts = (render_json(board), render_csv(board), render_html(board))
-    write_whole(ctx, {out_dir / name: text for name, text in zip(OUTPUTS, texts)})
+    write_whole(ctx, {out_dir / name: text for name, text in zip(OUTPUTS, texts)}, root=out_dir)
     counts = board.counts()
     log.warning("wrote %s (and .csv, .html): %d models, %d could not be scanned; %d cells, %d predicted, "
                 "%d measured", out_dir / OUTPUTS[0], counts["models"], counts["errors"], counts["cells"],
@@ -203,7 +203,12 @@ class _Journal:
     def __enter__(self):
         from opscan.zoo.journal import line
 
-        self.file = open(self.path, "ab")
+        from opscan.trust.output import open_append
+
+        try:  # never through a link planted at the journal's name (opscan/trust/output.py)
+            self.file = os.fdopen(open_append(self.path, fresh=False), "ab")
+        except OSError as exc:
+            raise output_error(exc, self.path) from None
         self.file.truncate(self.valid)  # drop a torn last line
         if self.valid == 0:
             self.write(line(self.header))

@@ -21,9 +21,8 @@ import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
-from opscan.knowledge.table_text import read_shipped
+from opscan.knowledge.table_text import format_by_release, parse_by_release, read_shipped
 
 CALLEES_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "composite_callees.txt")
 KIND_KEYS = {"CompositeImplicitAutograd": "CIA", "CompositeExplicitAutograd": "CEA",
@@ -67,61 +66,21 @@ class CalleeTable:
 
 def format_table(releases: list[str], per_release: Mapping[str, Mapping[str, Kernel]], header: str) -> str:
     """The text of composite_callees.txt (`header`: its comment lines, each starting with '#')."""
-    lines = [header.rstrip("\n"), "releases " + " ".join(releases)]
-    for op in sorted({op for table in per_release.values() for op in table}):
-        groups: dict[Kernel, list[str]] = {}
-        for release in releases:
-            found = per_release[release].get(op)
-            if found is not None:
-                groups.setdefault(found, []).append(release)
-        for kernel, members in groups.items():
-            callees = UNKNOWN if kernel.callees is None else " ".join(sorted(kernel.callees)) or NONE
-            lines.append(f"{op} {kernel.key} {_ranges(members, releases)} {callees}")
-    return "\n".join(lines) + "\n"
-
-
-def _ranges(members: list[str], releases: list[str]) -> str:
-    """`2.0.0..2.2.2,2.5.0`: runs of consecutive covered releases."""
-    position = {r: i for i, r in enumerate(releases)}
-    runs: list[list[str]] = []
-    for r in members:
-        if runs and position[runs[-1][-1]] + 1 == position[r]:
-            runs[-1].append(r)
-        else:
-            runs.append([r])
-    return ",".join(run[0] if len(run) == 1 else f"{run[0]}..{run[-1]}" for run in runs)
+    def row(op: str, runs: str, kernel: Kernel) -> str:
+        callees = UNKNOWN if kernel.callees is None else " ".join(sorted(kernel.callees)) or NONE
+        return f"{op} {kernel.key} {runs} {callees}"
+    return format_by_release(releases, per_release, row, header)
 
 
 def parse_table(text: str) -> CalleeTable:
     """CalleeTable of composite_callees.txt's text; ValueError on a malformed line."""
-    releases: tuple[str, ...] = ()
-    kernels: dict[str, dict[str, Kernel]] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line or line.startswith("#"):
-            continue
-        fields = line.split(" ")
-        if fields[0] == "releases":
-            releases = tuple(fields[1:])
-            kernels = {r: {} for r in releases}
-            continue
-        if len(fields) < 4 or fields[1] not in KIND_KEYS.values() or not releases:
-            raise ValueError(f"composite_callees.txt line {number}: malformed: {line!r}")
-        callees = None if fields[3:] == [UNKNOWN] else frozenset(c for c in fields[3:] if c != NONE)
-        for release in _expand(fields[2], releases, number):
-            if fields[0] in kernels[release]:
-                raise ValueError(f"composite_callees.txt line {number}: {fields[0]} repeated for {release}")
-            kernels[release][fields[0]] = Kernel(fields[1], callees)
-    return CalleeTable(releases, MappingProxyType({r: MappingProxyType(t) for r, t in kernels.items()}))
+    return CalleeTable(*parse_by_release(text, "composite_callees.txt", 2, _kernel))
 
 
-def _expand(spec: str, releases: tuple[str, ...], number: int) -> list[str]:
-    out = []
-    for part in spec.split(","):
-        first, _, last = part.partition("..")
-        if first not in releases or (last and last not in releases):
-            raise ValueError(f"composite_callees.txt line {number}: unknown release in {spec!r}")
-        out.extend(releases[releases.index(first):releases.index(last or first) + 1])
-    return out
+def _kernel(fields: list[str], where: str) -> Kernel:
+    if fields[1] not in KIND_KEYS.values():
+        raise ValueError(f"{where}: malformed: {' '.join(fields)!r}")
+    return Kernel(fields[1], None if fields[3:] == [UNKNOWN] else frozenset(c for c in fields[3:] if c != NONE))
 
 
 @functools.lru_cache(maxsize=2)

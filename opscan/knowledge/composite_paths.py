@@ -40,7 +40,6 @@ class CompositePaths:
     releases: ReleaseRange
     paths: tuple[Path, ...]
     source: str
-    args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ def _path(raw) -> Path:
 
 def _entry(raw) -> CompositePaths:
     return CompositePaths(**entry_values(
-        CompositePaths, raw, "composite_paths.yaml", "entry", releases=ReleaseRange.parse, args=tuple,
+        CompositePaths, raw, "composite_paths.yaml", "entry", releases=ReleaseRange.parse,
         paths=lambda paths: tuple(map(_path, paths)), source=lambda text: " ".join(str(text).split())))
 
 

@@ -227,3 +227,10 @@ def compile_when(text: str) -> ast.Expression:
         if isinstance(node, ast.Call) and (not isinstance(node.func, ast.Name) or node.func.id not in _CALLS):
             raise ValueError(f"{text!r}: only {', '.join(_CALLS)} may be called")
     return tree
+
+
+def names_read(code: ast.Expression) -> frozenset[str]:
+    """The argument names a compiled condition reads (`macos`, `chip` and its generators' own variables aside)."""
+    own = {n.target.id for n in ast.walk(code) if isinstance(n, ast.comprehension)}
+    return frozenset(n.id for n in ast.walk(code) if isinstance(n, ast.Name) and n.id not in own
+                     and n.id not in ("macos", "chip") and n.id not in _CALLS)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import yaml
 
-from opscan.opkey import Release
+from opscan.knowledge.schema import derived, entry_values
+from opscan.opkey import ReleaseRange
 
 DEVICE_TABLE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "device_code.yaml")
 EFFECTS = ("raises", "cpu", "warns", "ignored", "answers")  # most severe first
@@ -23,50 +24,48 @@ _CONFIDENCE = ("source", "reported")
 
 @dataclass(frozen=True)
 class MacBehaviour:
-    """What a Mac does with one rule's call in one release range."""
+    """What a Mac does with one rule's call in one release range (a `mac:` item of device_code.yaml)."""
 
-    rule: str
-    call: str
-    releases: str  # "2.0.0-2.14.1"
+    releases: ReleaseRange  # "2.0.0..2.14.1"
     effect: str  # one of EFFECTS
     text: str
     source: str
-    fix: str
+    fix: str = ""  # the item's own, else its rule's
     confidence: str = "source"  # "reported": from issue threads, the wheels could not say
-
-    def covers(self, release: str) -> bool:
-        """Is `release` ("2.5.1", "2.14") within this range?"""
-        first, _, last = self.releases.partition("-")
-        at = Release.parse(release).numbers[:3]
-        return Release.parse(first).numbers <= at + (0,) * (3 - len(at)) <= Release.parse(last).numbers
+    rule: str = derived(default="")  # the rule (the entry's key) and its call, from the entry
+    call: str = derived(default="")
 
 
 def behaviour(rule: str, release: str, path: str = DEVICE_TABLE_PATH) -> MacBehaviour | None:
     """The range of `rule` that holds for `release` (the first that covers it), or None."""
-    return next((b for b in device_table(path).get(rule, ()) if b.covers(release)), None)
+    return next((b for b in device_table(path).get(rule, ()) if b.releases.covers(release)), None)
 
 
 @functools.lru_cache(maxsize=4)
 def device_table(path: str = DEVICE_TABLE_PATH) -> dict[str, tuple[MacBehaviour, ...]]:
     """rule -> its ranges, validated (see the module docstring)."""
     with open(path, encoding="utf-8") as fh:
-        raw = yaml.safe_load(fh)
+        return parse_device_table(yaml.safe_load(fh))
+
+
+def parse_device_table(raw: dict) -> dict[str, tuple[MacBehaviour, ...]]:
+    """A loaded device_code.yaml: rule -> its ranges (ValueError naming a bad entry)."""
     return {rule: tuple(_ranges(rule, entry)) for rule, entry in raw.items()}
 
 
 def _ranges(rule: str, entry: dict):
-    if not rule.startswith("device-") or not entry.get("call") or not entry.get("mac"):
-        raise ValueError(f"device_code.yaml: {rule}: needs a device- id, a call and mac ranges")
+    unknown = sorted(set(entry) - {"call", "fix", "mac"}) if isinstance(entry, dict) else []
+    if not rule.startswith("device-") or not isinstance(entry, dict) or unknown or not (entry.get("call")
+                                                                                         and entry.get("mac")):
+        raise ValueError(f"device_code.yaml: bad rule {rule!r} (a device- id, a call and mac ranges, and an "
+                         f"optional fix; unknown {unknown})")
     for part in entry["mac"]:
-        found = MacBehaviour(rule, entry["call"], str(part.get("releases", "")), part.get("effect", ""),
-                             " ".join(str(part.get("text", "")).split()), " ".join(str(part.get("source", "")).split()),
-                             " ".join(str(part.get("fix") or entry.get("fix") or "").split()),
-                             part.get("confidence", "source"))
-        if found.effect not in EFFECTS or found.confidence not in _CONFIDENCE or not (found.text and found.source
-                                                                                        and found.fix):
+        words = lambda text: " ".join(str(text or "").split())  # noqa: E731
+        found = MacBehaviour(**entry_values(
+            MacBehaviour, part, "device_code.yaml", f"{rule} range", releases=ReleaseRange.parse, text=words,
+            source=words, fix=words), rule=rule, call=entry["call"])
+        found = replace(found, fix=found.fix or words(entry.get("fix")))
+        if found.effect not in EFFECTS or found.confidence not in _CONFIDENCE or not (found.text and found.fix):
             raise ValueError(f"device_code.yaml: {rule} {found.releases}: effect, confidence, text, source and fix "
                              "are required")
-        first, sep, last = found.releases.partition("-")
-        if not sep or Release.parse(first) > Release.parse(last):
-            raise ValueError(f"device_code.yaml: {rule}: releases {found.releases!r} is not FIRST-LAST")
         yield found

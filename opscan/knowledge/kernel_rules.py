@@ -3,10 +3,10 @@
 kernel_checks.txt lists every runtime check of every release's MPS kernels (read from the binaries); this
 module holds the ones whose failure condition opscan can decide from a traced call. Each rule of
 kernel_rules.yaml names its check by message and source file, gives the C++ condition as read in the source
-(`condition`, with `source` naming file, function and commit), the schema names of the op's arguments
-(`args`) and `when`: the same condition in the expression language of conditions.py (over those arguments
-and `macos`); `patterns` encode a family of checks from their message. `size_rules` are the checks decided
-from the call's pooled sizes instead (`input_spatial`, `output_size`), stated per release series because
+(`condition`, with `source` naming file, function and commit) and `when`: the same condition in the expression
+language of conditions.py, over the op's arguments by their schema names (knowledge/signatures.txt, bound by
+predict/bind.py) and `macos`; `patterns` encode a family of checks from their message. `size_rules` are the
+checks decided from the call's pooled sizes instead (`input_spatial`, `output_size`), stated per release series because
 their message and line moved between the releases' binaries. `fallbacks` are the CPU fallbacks inside MPS
 kernels (a TORCH_WARN_ONCE "... Falling back on CPU", not a check): each names the releases whose binary holds
 its message. `conditions.evaluate_when` decides them all (predict/runtime_checks.py applies them). No torch
@@ -41,7 +41,6 @@ class KernelRule:
     message: str  # the check's message in kernel_checks.txt (exact)
     file: str  # the source file's name (Convolution.mm)
     ops: tuple[str, ...]  # yaml spellings of the MPS-view ops it is evaluated for
-    args: tuple[str, ...]  # the op's argument names, in schema order
     kind: str  # dtype | rank | size | flag | macos, joined with "+"
     condition: str  # the C++ failure condition as read
     when: str  # the same, in the expression language
@@ -70,8 +69,8 @@ class Pattern:
         if not self.match.search(check.message.strip()) or self.kind not in check.kind.split("+"):
             return None
         condition = f"read from the message '{check.message.strip()}'"
-        return KernelRule(self.id, check.message, check.file.rsplit("/", 1)[-1], check.ops, ("self",), self.kind,
-                          condition, self.when, self.verdict, self.remedy, self.source, self.code, True)
+        return KernelRule(self.id, check.message, check.file.rsplit("/", 1)[-1], check.ops, self.kind, condition,
+                          self.when, self.verdict, self.remedy, self.source, self.code, True)
 
 
 @dataclass(frozen=True)
@@ -96,14 +95,13 @@ class FallbackRule:
     id: str
     message: str  # the kernel's TORCH_WARN_ONCE text, as in the releases' dylibs
     ops: tuple[str, ...]  # yaml spellings of the ops whose MPS kernel has it
-    args: tuple[str, ...]  # the op's argument names, in schema order
     releases: ReleaseRange  # exact releases ("2.3.1") or series ("2.4": every patch release of it)
     condition: str  # the C++ condition as read
     when: str  # the same, in the expression language (over `args` and `macos`)
     remedy: str
     source: str
     code: ast.Expression = derived()
-    first_tensor: bool = derived(default=False)  # read by CallArgs.bind, as a KernelRule's
+    first_tensor: bool = derived(default=False)  # as a KernelRule's (runtime_checks.bound_for)
 
 
 @dataclass(frozen=True)
@@ -127,11 +125,11 @@ def _series(value) -> ReleaseRange:
 
 
 _SECTIONS = {  # section -> (its entries' class, what an entry is called, how its values are read)
-    "rules": (KernelRule, "rule", {"ops": tuple, "args": tuple, "verdict": _verdict}),
+    "rules": (KernelRule, "rule", {"ops": tuple, "verdict": _verdict}),
     "patterns": (Pattern, "pattern", {"match": re.compile, "verdict": _verdict}),
     "size_rules": (SizeRule, "size rule", {"ops": lambda ops: frozenset(map(OpKey.from_yaml, ops)),
                                            "releases": _series}),
-    "fallbacks": (FallbackRule, "fallback", {"ops": tuple, "args": tuple, "releases": ReleaseRange.parse}),
+    "fallbacks": (FallbackRule, "fallback", {"ops": tuple, "releases": ReleaseRange.parse}),
 }
 
 
@@ -157,10 +155,11 @@ def load_kernel_rules(path: str = RULES_PATH) -> KernelRules:
         return parse_kernel_rules(fh.read())
 
 
-def rule_for(check, rules: tuple[KernelRule, ...]) -> KernelRule | None:
-    """The rule that encodes a kernel check (same message, spaces aside, and same file), or None."""
+def rules_encoding(check, rules: tuple[KernelRule, ...]) -> tuple[KernelRule, ...]:
+    """The rules that encode a kernel check (same message, spaces aside, and same file): one per set of ops whose
+    schemas name the arguments alike (dot's `tensor` is vdot's `other`)."""
     text = _plain(check.message)
-    return next((r for r in rules if _plain(r.message) == text and check.file.endswith("/" + r.file)), None)
+    return tuple(r for r in rules if _plain(r.message) == text and check.file.endswith("/" + r.file))
 
 
 def _plain(message: str) -> str:
@@ -210,9 +209,8 @@ def _limits(checks, release: str) -> Limits:
     for check in checks.checks:
         if release not in check.releases:
             continue
-        rule = rule_for(check, rules) or next((r for p in patterns if (r := p.rule(check))), None)
-        if rule is not None:
-            encoded.append((rule, check))
+        found = rules_encoding(check, rules) or next(((r,) for p in patterns if (r := p.rule(check))), ())
+        encoded.extend((rule, check) for rule in found)
     by_op: dict[str, list] = {}
     for rule, check in encoded:
         for op in rule.ops:

@@ -47,6 +47,7 @@ from opscan.knowledge.facts import (
 )
 from opscan.knowledge.opinfo import MAP_PATH, OpinfoMap, load_opinfo_map
 from opscan.knowledge.optable import OpTable
+from opscan.knowledge.signatures import SIGNATURES_PATH
 from opscan.knowledge.silent_bugs import BUGS_PATH, CHIPS
 from opscan.knowledge.silent_bugs import bugs_for_release as silent_for
 from opscan.knowledge.sources import yaml_records
@@ -255,7 +256,8 @@ def _macos(facts: ReleaseFacts, macos: str | None) -> tuple[Macos, str]:
 def _version(table: OpTable, yaml_release: str | None, all_facts: Facts, entry: str | None) -> str:
     """kb_version: the yaml digest, the facts count and a digest of every shipped data file."""
     h = hashlib.sha256()
-    for path in (FACTS_PATH, TORCHVISION_PATH, MAP_PATH, CHECKS_PATH, RULES_PATH, BUGS_PATH, CALLEES_PATH):
+    for path in (FACTS_PATH, TORCHVISION_PATH, MAP_PATH, CHECKS_PATH, RULES_PATH, BUGS_PATH, CALLEES_PATH,
+                 SIGNATURES_PATH):
         try:
             with open(path, "rb") as fh:
                 h.update(fh.read())

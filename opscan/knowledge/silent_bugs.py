@@ -1,12 +1,13 @@
 """Knowledge stage: MPS's known silent-correctness bugs (`silent_bugs.yaml`), each a condition on a traced call.
 
 An entry names the ops it concerns (as MPS dispatches them), the condition in conditions.py's language over the
-op's arguments (named by `signatures`), the releases it affects and the release that fixes it (or "open"), the
-macOS range and chip families it is limited to, the workaround, how its releases were established and its
-source. `load_bugs()` reads and validates the file (ValueError naming the entry on anything malformed);
-`bugs_for_release(release)` is the entries that affect a release, by op (Knowledge.silent). Each entry also keeps the
-day it was reported and the day its fix merged (tools/silent/establish.py checks its releases against them; the
-recall measure in docs/silent-bugs.md splits the entries by the day). No torch import.
+op's arguments (named by its schema: knowledge/signatures.txt, bound by predict/bind.py), the releases it affects
+and the release that fixes it (or "open"), the macOS range and chip families it is limited to, the workaround, how
+its releases were established and its source. `load_bugs()` reads and validates the file (ValueError naming the
+entry on anything malformed); `bugs_for_release(release)` is the entries that affect a release, by op
+(Knowledge.silent). Each entry also keeps the day it was reported and the day its fix merged
+(tools/silent/establish.py checks its releases against them; the recall measure in docs/silent-bugs.md splits the
+entries by the day). No torch import.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from types import MappingProxyType
 
 import yaml
 
-from opscan.knowledge.conditions import compile_when
+from opscan.knowledge.conditions import compile_when, names_read
 from opscan.knowledge.schema import derived, entry_values
+from opscan.knowledge.signatures import load_signatures, names_for
 from opscan.opkey import Macos, OpKey, Release, ReleaseRange, macos_text, parse_macos
 
 BUGS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "silent_bugs.yaml")
@@ -31,14 +33,6 @@ CONDITION_KINDS = frozenset({"non-contiguous", "storage-offset", "channels-last"
 CHIPS = ("M1", "M2", "M3", "M4", "M5")
 CONFIDENCE = ("high", "medium", "low")
 OPEN = "open"
-# MPS-view ops whose arguments are those of the call the trace recorded (mps_view's device branches) or of
-# the high-level call the lens recorded: their `signatures` key
-BOUND_AS = {"_mps_convolution": "convolution", "_mps_convolution_transpose": "convolution",
-            "mps_convolution_backward": "convolution_backward",
-            "mps_convolution_transpose_backward": "convolution_backward",
-            "_scaled_dot_product_attention_math_for_mps": "scaled_dot_product_attention"}
-
-
 @dataclass(frozen=True)
 class SilentBug:
     """One known silent-correctness bug: where it applies and what to do about it."""
@@ -120,28 +114,28 @@ def _macos(raw, where: str):
         raise ValueError(f"{where}: {exc}") from None
 
 
-def parse_bugs(text: str) -> tuple[dict[str, tuple[str, ...]], tuple[SilentBug, ...]]:
-    """silent_bugs.yaml text -> (signatures, entries); ValueError naming the first bad entry."""
+def parse_bugs(text: str) -> tuple[SilentBug, ...]:
+    """silent_bugs.yaml text -> its entries; ValueError naming the first bad entry."""
     data = yaml.safe_load(text) or {}
-    signatures = {str(k): tuple(v) for k, v in (data.get("signatures") or {}).items()}
+    if set(data) - {"schema", "entries"}:
+        raise ValueError(f"silent_bugs.yaml: unknown top-level keys {sorted(set(data) - {'schema', 'entries'})} "
+                         "(argument names come from the schemas: knowledge/signatures.txt)")
     seen, out = set(), []
     for raw in data.get("entries") or ():
-        bug = _entry(raw, signatures)
+        bug = _entry(raw)
         if bug.id in seen:
             raise ValueError(f"silent_bugs.yaml: entry {bug.id!r} appears twice")
         seen.add(bug.id)
         out.append(bug)
-    return signatures, tuple(out)
+    return tuple(out)
 
 
-def _entry(raw, signatures) -> SilentBug:
+def _entry(raw) -> SilentBug:
     entry_values(SilentBug, raw, "silent_bugs.yaml", "entry")  # its keys are SilentBug's fields
     where = f"silent_bugs.yaml: entry {raw['id']!r}"
     ops = tuple(str(o) for o in raw["ops"])
     for op in ops:
         OpKey.from_yaml(op)
-        if BOUND_AS.get(op, op) not in signatures:
-            raise ValueError(f"{where}: op {op} has no argument names in `signatures`")
     when = raw["when"] if isinstance(raw["when"], dict) else dict.fromkeys(ops, raw["when"])
     if set(when) != set(ops):
         raise ValueError(f"{where}: `when` must give a condition for every op and no other")
@@ -155,6 +149,7 @@ def _entry(raw, signatures) -> SilentBug:
         if not str(raw[key]).strip():
             raise ValueError(f"{where}: {key} is empty")
     code = {op: compile_when(str(text)) for op, text in when.items()}
+    _check_names(where, code, affected)
     reported, merged = _date(raw["reported"], where), _date(raw["fix_merged"], where)
     if reported is None:
         raise ValueError(f"{where}: reported is empty")
@@ -163,6 +158,18 @@ def _entry(raw, signatures) -> SilentBug:
                      MappingProxyType(dict(when)), MappingProxyType(code), kinds, affected, fixed,
                      _macos(raw["macos"], where), chip, raw["workaround"], raw["established"], raw["confidence"],
                      raw["source"])
+
+
+def _check_names(where: str, code: Mapping[str, ast.Expression], affected: ReleaseRange) -> None:
+    """Each op's condition reads only names its schema gives in every covered release the entry affects."""
+    table = load_signatures()
+    for op, compiled in code.items():
+        for release in (r for r in (table.releases if table else ()) if affected.covers(r)):
+            names = names_for(op, release)
+            if names is None or not names_read(compiled) <= names:
+                raise ValueError(f"{where}: op {op}: its condition reads "
+                                 f"{sorted(names_read(compiled) - (names or frozenset()))}, which its schema in "
+                                 f"torch {release} does not name (knowledge/signatures.txt)")
 
 
 def _date(value, where: str) -> str | None:
@@ -188,8 +195,8 @@ def _affected(where: str, pair, fixed: str | None) -> ReleaseRange:
 
 
 @functools.lru_cache(maxsize=2)
-def load_bugs(path: str = BUGS_PATH) -> tuple[dict[str, tuple[str, ...]], tuple[SilentBug, ...]]:
-    """The shipped (signatures, entries)."""
+def load_bugs(path: str = BUGS_PATH) -> tuple[SilentBug, ...]:
+    """The shipped entries."""
     with open(path, encoding="utf-8") as fh:
         return parse_bugs(fh.read())
 
@@ -198,7 +205,7 @@ def load_bugs(path: str = BUGS_PATH) -> tuple[dict[str, tuple[str, ...]], tuple[
 def bugs_for_release(release: str, path: str = BUGS_PATH) -> Mapping[str, tuple[SilentBug, ...]]:
     """yaml op name -> the entries that affect `release`."""
     by_op: dict[str, list[SilentBug]] = {}
-    for bug in load_bugs(path)[1]:
+    for bug in load_bugs(path):
         if bug.affected.covers(release):
             for op in bug.ops:
                 by_op.setdefault(op, []).append(bug)

@@ -74,6 +74,32 @@ def _dispatch_keys(raw: Mapping[str, str] | None) -> frozenset[str]:
     return frozenset(k.strip() for keys in raw for k in keys.split(",") if k.strip())
 
 
+def schema_arguments(func: str) -> tuple[tuple[str, str | None], ...]:
+    """(name, default as the schema spells it, or None) of each argument of a `func:` schema, in order:
+    "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor" -> (("self", None), ("other", None),
+    ("alpha", "1"))."""
+    inside = func.partition("(")[2].rpartition(") ->")[0]
+    parts, depth, quote, escaped, start = [], 0, None, False, 0
+    for i, ch in enumerate(inside):
+        if quote:
+            quote = None if ch == quote and not escaped else quote
+            escaped = ch == "\\" and not escaped
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([" or ch in ")]":
+            depth += 1 if ch in "([" else -1
+        elif ch == "," and depth == 0:
+            parts.append(inside[start:i])
+            start = i + 1
+    parts.append(inside[start:])
+    out = []
+    for part in (p.strip() for p in parts):
+        if part and part != "*":
+            declared, eq, default = part.partition("=")
+            out.append((declared.split()[-1], default.strip() if eq else None))
+    return tuple(out)
+
+
 def _func_key(func: str) -> OpKey:
     """OpKey of a `func:` schema string: the text before "(" is "name.overload"."""
     return OpKey.from_yaml(func.partition("(")[0].strip())

@@ -10,7 +10,8 @@ a report row takes the worst of its calls.
 from __future__ import annotations
 
 from opscan.predict import release_paths, silent
-from opscan.predict.runtime_checks import call_args, needs_args, note_from_shapes
+from opscan.predict.bind import arguments, recording
+from opscan.predict.runtime_checks import needs_args, note_from_shapes
 from opscan.predict.dtype_rules import NO_MPS_DTYPES
 from opscan.predict.rules import predict_op
 from opscan.predict.sparse import predict_sparse, sparse_layouts
@@ -77,7 +78,7 @@ def predict_call(call: MpsCall, kb: Knowledge, cache: dict) -> Classification:
     note = note_from_shapes(call.op, [t.shape for t in call.inputs], [t.shape for t in call.outputs])
     if note and any(d < 0 for dims in note.values() for d in dims):
         note = None  # a size that depends on values (-1 under fake tensors): no shape rule can judge it
-    args = call_args(call) if needs_args(call.op, kb) else None
+    args = arguments(call, recording(kb)) if needs_args(call.op, kb) else None
     key = (call.op, call.dtypes, call.callees, repr(note), call.cpu_op, call.rule, repr(args), call.registration)
     if key not in cache:
         cache[key] = _classify(call, kb, note, args)

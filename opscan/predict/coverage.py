@@ -6,7 +6,7 @@ structured delegate, or registered by hand; `composite` a composite kernel runni
 `python` a Python registration; `cpu_fallback` the always-CPU list; `none`), `since` (the first
 covered release where its status is native), the evidence and `limits`: the runtime checks of its MPS
 kernel in that release (kernel_checks.txt), each marked encoded or not. A composite gets the status of
-what it calls (predict.composites: an `autogen:` overload calls the overload it was generated from; the
+what it calls (predict/composite.py: an `autogen:` overload calls the overload it was generated from; the
 others the callees recorded on OpInfo samples at build time, judged release by release), else `unknown`
 with the reason. `diff` compares two releases: kernel changes and status changes are listed apart (a
 kernel that became a composite may keep its status). No torch import.
@@ -14,7 +14,6 @@ kernel that became a composite may keep its status). No torch import.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,9 +21,10 @@ from dataclasses import dataclass
 import yaml
 
 from opscan.knowledge import Knowledge, load_knowledge
-from opscan.predict.composites import judge_composite
+from opscan.predict.rules import judge_composite
 from opscan.opkey import OpKey, macos_text
 from opscan.verdict import Classification, Evidence, Verdict
+from opscan.trust.text import strict_json
 
 KERNELS = ("mps", "composite", "python", "cpu_fallback", "none")
 
@@ -93,19 +93,20 @@ def kernel_of(op: OpKey, kb: Knowledge) -> str:
 
 
 def status_of(op: OpKey, kb: Knowledge) -> Classification:
-    """The dtype-free verdict; a composite is judged by what it calls (predict.composites)."""
-    return judge_composite(op, kb)
+    """The dtype-free verdict; a composite is judged by what it calls (predict/composite.py)."""
+    return judge_composite(op, (), kb)
 
 
 def limits_of(op: OpKey, kb: Knowledge) -> tuple[dict, ...]:
     """The runtime checks of op's MPS kernel in kb's release: message, kind, where, encoded (rule id or None)."""
     if kb.limits is None or op.namespace != "aten":
         return ()
+    own = {c.id: r.id for r, c in kb.limits.rules_for(op.yaml_name)}  # the rule that encodes it for this op
     encoded = {c.id: r.id for r, c in kb.limits.encoded}
     checks = list(kb.limits.by_op.get(op.yaml_name, ()))
     checks += [c for r, c in kb.limits.rules_for(op.yaml_name) if c not in checks]
     return tuple({"id": c.id, "message": c.message.strip(), "kind": c.kind, "where": c.where,
-                  "encoded": encoded.get(c.id)} for c in checks)
+                  "encoded": own.get(c.id, encoded.get(c.id))} for c in checks)
 
 
 def _statuses(kb: Knowledge) -> dict[OpKey, Classification]:
@@ -170,7 +171,7 @@ def silent_listing(named) -> tuple[dict, ...]:
     from opscan.knowledge.silent_bugs import load_bugs
 
     out = []
-    for bug in load_bugs()[1]:
+    for bug in load_bugs():
         ops = [op for op in bug.ops if named(OpKey.from_yaml(op))]
         if ops:
             out.append({"id": bug.id, "rule": bug.rule, "title": bug.title, "ops": ops, "issues": list(bug.issues),
@@ -200,7 +201,7 @@ def diff(old: Coverage, new: Coverage) -> dict:
 def render(data: dict, fmt: str) -> str:
     """JSON or YAML text of a coverage or diff dict."""
     if fmt == "json":
-        return json.dumps(data, indent=2) + "\n"
+        return strict_json(data, indent=2) + "\n"
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120)
 
 

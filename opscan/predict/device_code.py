@@ -73,7 +73,7 @@ def device_findings(calls, release: str) -> tuple[DeviceFinding, ...]:
         merged[key] = DeviceFinding(
             call.rule, site.file if site else None, site.line if site else None, site.function if site else None,
             site.via if site else None, call.phase, call.asked, call.calls, known.effect, known.text, known.fix,
-            known.source, known.releases, known.confidence)
+            known.source, str(known.releases), known.confidence)
     found = list(merged.values())
     return tuple(sorted(found, key=lambda f: EFFECTS.index(f.effect)))
 

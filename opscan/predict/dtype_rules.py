@@ -186,9 +186,9 @@ def opinfos_for(c, dtype: str | None = None) -> tuple[str, ...]:
 
 
 def _rank(c) -> int | None:
-    """The rank of the call's first argument, when its arguments were recorded (predict.runtime_checks)."""
-    values = c.args.values if getattr(c, "args", None) is not None else ()
-    return values[0].dim if values and isinstance(values[0], TensorArg) else None
+    """The rank of the call's first argument, when its arguments were recorded (predict/bind.py)."""
+    first = next(iter((getattr(c, "args", None) or {}).values()), None)
+    return first.dim if isinstance(first, TensorArg) else None
 
 
 def ranked(kb: Knowledge, op) -> bool:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from opscan.knowledge import Knowledge, load_knowledge
 from opscan.knowledge.entry import load_store
 from opscan.opkey import Release, macos_text
+from opscan.predict.memo import PredictMemo
 from opscan.verdict import Classification, Verdict
 
 OpDtypes = tuple  # (OpKey, dtypes)
@@ -156,25 +157,20 @@ def distinct_calls(view, verdicts) -> tuple[dict[OpDtypes, list], dict[OpDtypes,
     return rows, worst
 
 
-def call_classifier(caches: dict | None = None) -> Callable[[object, Knowledge], Classification]:
-    """classify(call, kb) through predict.predict_call, with one cache per knowledge base (`caches`, see
-    cache_of: pass one to share the answers between scans of the same trace for different releases)."""
+def call_classifier(memo: PredictMemo | None = None) -> Callable[[object, Knowledge], Classification]:
+    """classify(call, kb) through predict.predict_call, with `memo`'s cache for each knowledge base (pass the
+    scan's to share the answers between scans of the same trace for different releases)."""
     from opscan.predict.calls import predict_call
 
-    caches = {} if caches is None else caches
-    return lambda call, kb: predict_call(call, kb, cache_of(caches, kb))
+    memo = PredictMemo() if memo is None else memo
+    return lambda call, kb: predict_call(call, kb, memo.verdicts(kb))
 
 
-def cache_of(caches: dict, kb: Knowledge) -> dict:
-    """predict_call's cache for `kb` in `caches` (keyed by id(kb); the entry holds kb, so the id stays its own)."""
-    return caches.setdefault(id(kb), (kb, {}))[1]
-
-
-def since_and_upgrade(view, verdicts, kb: Knowledge, caches: dict | None = None
+def since_and_upgrade(view, verdicts, kb: Knowledge, memo: PredictMemo | None = None
                       ) -> tuple[dict[OpDtypes, str | None], Upgrade]:
     """history() for a scan: `verdicts` are predict.predict_call's answers for the view's calls."""
     rows, current = distinct_calls(view, verdicts)
-    return history(rows, call_classifier(caches), kb, current)
+    return history(rows, call_classifier(memo), kb, current)
 
 
 def with_since(found: Classification, since: str | None, release: str) -> Classification:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from opscan.knowledge import Knowledge
-from opscan.knowledge.composites import load_composites
+from opscan.knowledge.callees import SAMPLES, callees
 from opscan.knowledge.facts import EarlierPath
 from opscan.knowledge.py_drift import DRIFT_SOURCE, installed_hash, load_py_drift, same_ops
 from opscan.mps_view import MpsCall
@@ -78,7 +78,7 @@ def release_paths(trace, view: tuple[MpsCall, ...], kb: Knowledge) -> ReleasePat
     differs = {u for u in executed if not table.covers(u, kb.release) or
                table.hash_in(u, kb.release) != installed_hash(u)}
     paths = tuple(p for p in kb.facts.python_paths if p.from_unit in differs)
-    new_view, origin, chains = _substituted(trace, view, chains, paths)
+    new_view, origin, chains = _substituted(trace, view, chains, paths, kb)
     missing = _missing(table, kb.release, chains, differs, _detected(trace, new_view, chains, differs))
     covered = {p.from_unit for p in paths} | {p.via for p in paths if p.via}
     drifted = tuple(u for u in executed if u in differs and u not in covered and u not in missing
@@ -96,7 +96,7 @@ def _lens_spans(trace) -> frozenset[int]:
     return frozenset(i for g in trace.groups for i in range(g.start, g.end))
 
 
-def _substituted(trace, view, chains, paths):
+def _substituted(trace, view, chains, paths, kb):
     """(view, origin, chains) with the facts' calls in place of the ones they replace."""
     if not paths:
         return view, (None,) * len(view), chains
@@ -107,12 +107,12 @@ def _substituted(trace, view, chains, paths):
         fact = _span_fact(paths, call, chain)
         if fact is not None:
             if fact is not run:
-                out.extend((made, fact, chain) for made in _made(fact, call))
+                out.extend((made, fact, chain) for made in _made(fact, call, kb))
             run = fact
             continue
         run = None
         fact = None if call.index in inside else _op_fact(paths, call, chain)
-        out.extend([(made, fact, chain) for made in _made(fact, call)] if fact else [(call, None, chain)])
+        out.extend([(made, fact, chain) for made in _made(fact, call, kb)] if fact else [(call, None, chain)])
     return tuple(c for c, _, _ in out), tuple(f for _, f, _ in out), tuple(ch for _, _, ch in out)
 
 
@@ -141,20 +141,19 @@ def _rank(path: EarlierPath, call: MpsCall) -> bool:
     return path.rank is None or (bool(call.outputs) and len(call.outputs[0].shape) == path.rank)
 
 
-def _made(path: EarlierPath, call: MpsCall) -> list[MpsCall]:
+def _made(path: EarlierPath, call: MpsCall, kb: Knowledge) -> list[MpsCall]:
     """The calls `path` puts where `call` was: its ops with the call's tensors (a composite with the callees
     composites.txt recorded for it)."""
     return [MpsCall(index=call.index, op=op, phase=call.phase, module=call.module, inputs=call.inputs,
                     outputs=call.outputs, dtypes=call.dtypes, cpu_op=call.cpu_op or call.op, rule="earlier-path",
-                    callees=_callees(op, call.dtypes)) for op in path.ran]
+                    callees=_callees(op, call.dtypes, kb)) for op in path.ran]
 
 
-def _callees(op: OpKey, dtypes) -> tuple | None:
-    recorded = load_composites()
-    calls = recorded.calls.get(op.yaml_name, ()) if recorded is not None else ()
-    if not calls:
+def _callees(op: OpKey, dtypes, kb: Knowledge) -> tuple | None:
+    found = callees(op, kb, SAMPLES)
+    if found is None:
         return None
-    return tuple((OpKey.from_yaml(name), tuple(dtypes)) for name in calls[0][1] if "::" not in name)
+    return tuple((OpKey.from_yaml(name), tuple(dtypes)) for name in found.paths[0].calls if "::" not in name)
 
 
 def _detected(trace, view, chains, differs) -> frozenset[str]:

@@ -261,16 +261,16 @@ def judge_unknown(found: Classification, call: MpsCall, kb: Knowledge) -> Classi
 
 
 def _judge(op: OpKey, dtypes: tuple[str, ...], kb: Knowledge) -> Classification:
-    """An added op in kb's release; a composite without an MPS kernel by its OpInfo samples (judge_composite: the
-    table's static sets list every branch, sparse and quantized ones included, too many to judge a call by), with
-    what its own kernel does differently in that release said beside it."""
-    from opscan.predict.composites import judge_composite
-    from opscan.predict.rules import predict_op
+    """An added op in kb's release; a composite without an MPS kernel by what the knowledge base knows it calls
+    after the dtype layer (predict/composite.py judge_op: the table's static sets list every branch, sparse and
+    quantized ones included, too many to judge a call by), with what its own kernel does differently in that
+    release said beside it."""
+    from opscan.predict.rules import judge_composite, predict_op
 
     entry = kb.yaml.get(op)
     if entry is None or not entry.composite or kb.yaml.mps_kernel(op) is not None or op in kb.facts.device_branches:
         return predict_op(op, dtypes, kb)
-    found = judge_composite(op, kb)
+    found = judge_composite(op, dtypes, kb)
     table = load_callees()
     theirs = table.kernel(op.yaml_name, kb.release) if table else None
     mine = table.kernel(op.yaml_name, kb.installed_release) if table and kb.installed_release else None

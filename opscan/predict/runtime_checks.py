@@ -14,85 +14,29 @@ The size rules (kernel_rules.yaml `size_rules`, rule `shape-<id>`) are decided f
 sizes (`args_note`: {"input_spatial": [H, W], "output_size": [oH, oW]}, built by `note_from_shapes` from the
 traced shapes, so callers need not know each op's argument order).
 
-`CallArgs` is what a trace knows of a call's arguments: the op whose arguments were recorded and their
-values in schema order (tensors as `TensorArg`). `call_args(call)` builds it from an MPS-view call. Pure.
+A rule's condition reads the call's arguments by their schema names (predict/bind.py). Pure.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from opscan.knowledge.conditions import TensorArg, evaluate_when
-from opscan.knowledge.composite_paths import paths_for
-from opscan.knowledge.kernel_rules import KernelRule, SizeRule, load_kernel_rules
+from opscan.knowledge.conditions import evaluate_when
+from opscan.knowledge.callees import PATHS, callees
+from opscan.knowledge.kernel_rules import SizeRule, load_kernel_rules
 from opscan.opkey import OpKey, macos_text
+from opscan.predict.bind import first_tensor
 from opscan.predict.dtype_rules import result
 from opscan.verdict import Classification, Evidence, Verdict
 
 SHOWN = 4  # unmodelled checks named in a row's evidence (the rest are counted)
-# Argument names of the ops the MPS view replaces by a device branch (native_functions.yaml `func:`), so a
-# rule written for the MPS op's schema reads the recorded op's arguments by name.
-RECORDED = {
-    "convolution": ("input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding",
-                    "groups"),
-    "convolution_backward": ("grad_output", "input", "weight", "bias_sizes", "stride", "padding", "dilation",
-                             "transposed", "output_padding", "groups", "output_mask"),
-}
 
 
-@dataclass(frozen=True)
-class CallArgs:
-    """A call's arguments as recorded: `values` in the schema order of `recorded` (an aten op name)."""
-
-    recorded: str
-    values: tuple
-
-    def bind(self, rule: KernelRule) -> dict:
-        """Name the values for `rule` (its `args`), through RECORDED when the view replaced the op."""
-        if rule.first_tensor:
-            return {"self": next((v for v in self.values if isinstance(v, TensorArg)), None)}
-        names = RECORDED.get(self.recorded)
-        if names is None:
-            return dict(zip(rule.args, self.values))
-        bound = dict(zip(names, self.values))
-        if "self" in rule.args and "input" in bound:
-            bound["self"] = bound["input"]
-        return bound
-
-
-def call_args(call) -> CallArgs | None:
-    """The CallArgs of an MPS-view call (a lens group's high-level call, else the recorded call)."""
-    group_call = getattr(call, "call", None)
-    if group_call is not None:
-        metas, spec = group_call
-        tensors = [TensorArg(dtype, tuple(shape)) for dtype, shape, *_ in metas]
-        values = tuple(_from_spec(v, tensors) for v in spec.get("args", ()))
-        return CallArgs(call.op.name, values + tuple(_from_spec(v, tensors) for v in spec.get("kwargs", {}).values()))
-    tensors = iter(TensorArg(t.dtype, tuple(t.shape)) for t in call.inputs)
-    recorded = call.cpu_op if call.rule == "mps-convolution" and call.cpu_op is not None else call.op
-    return CallArgs(recorded.name, tuple(_from_attr(a, tensors) for a in call.attrs))
-
-
-def _from_spec(value, tensors: list):
-    """One argspec value -> a TensorArg, a list, or a plain value."""
-    if isinstance(value, dict):
-        if "t" in value:
-            return tensors[value["t"]] if value["t"] < len(tensors) else None
-        return next(iter(value.values()), None)  # {"dtype": "float32"}, {"float": "inf"}, ...
-    if isinstance(value, list):
-        return [_from_spec(v, tensors) for v in value]
-    return value
-
-
-def _from_attr(value, tensors):
-    """One recorded attr -> a TensorArg (consuming the next input), a list, or the value."""
-    if value == "<tensor>":
-        return next(tensors, None)
-    if isinstance(value, list):
-        return [_from_attr(v, tensors) for v in value]
-    return value
+def bound_for(rule, args: dict) -> dict:
+    """The names a rule's condition reads: the call's arguments (predict/bind.py), or for a message pattern's rule
+    its first tensor argument as `self`."""
+    return {"self": first_tensor(args)} if rule.first_tensor else args
 
 
 def needs_args(op, kb) -> bool:
@@ -103,7 +47,7 @@ def needs_args(op, kb) -> bool:
 
     has_rules = kb.limits is not None and op.namespace == "aten" and bool(kb.limits.rules_for(op.yaml_name))
     has_rules = has_rules or (op.namespace == "aten" and op.yaml_name in _fallback_ops())
-    return has_rules or ranked(kb, op) or (op.namespace == "aten" and paths_for(op.yaml_name, kb.release) is not None)
+    return has_rules or ranked(kb, op) or callees(op, kb, PATHS) is not None
 
 
 # Which recorded tensor carries the pooled input and which the pooled output:
@@ -158,7 +102,7 @@ def kernel_check(c) -> Classification | None:
     if limits is None or c.op.namespace != "aten" or c.args is None:
         return None
     for rule, check in limits.rules_for(c.op.yaml_name):
-        if evaluate_when(rule, c.args.bind(rule), c.kb.macos):
+        if evaluate_when(rule, bound_for(rule, c.args), c.kb.macos):
             text = (f"the MPS kernel of {c.op} in torch {c.release} raises for this call: '{check.message.strip()}' "
                     f"({rule.kind} check {rule.condition}; {check.macro} in {check.function})")
             source = f"{check.where} [bin]; condition: {rule.source}"
@@ -177,8 +121,8 @@ def kernel_fallback(c) -> Classification | None:
     if c.op.namespace != "aten" or c.args is None or c.kb.yaml.mps_kernel(c.op) is None:
         return None
     for rule in load_kernel_rules().fallbacks:
-        if c.op.yaml_name in rule.ops and rule.releases.covers(c.release) and evaluate_when(rule, c.args.bind(rule),
-                                                                                   c.kb.macos):
+        if c.op.yaml_name in rule.ops and rule.releases.covers(c.release) and evaluate_when(
+                rule, bound_for(rule, c.args), c.kb.macos):
             macos = macos_text(c.kb.macos)
             text = (f"the MPS kernel of {c.op} in torch {c.release} runs this call on the CPU itself on macOS {macos} "
                     f"(a CPU copy of its inputs, the CPU op, the result copied back), whatever "
@@ -194,7 +138,7 @@ def with_limits(c, found: Classification) -> Classification:
         return found
     name = c.op.yaml_name
     undecided = [check for rule, check in limits.rules_for(name)
-                 if c.args is None or evaluate_when(rule, c.args.bind(rule), c.kb.macos) is None]
+                 if c.args is None or evaluate_when(rule, bound_for(rule, c.args), c.kb.macos) is None]
     open_checks = list(dict.fromkeys([*limits.unmodelled(name), *undecided]))
     if not open_checks:
         return found

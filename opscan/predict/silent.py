@@ -5,8 +5,7 @@ condition in a release the entry affects, on the assumed macOS, gets the contrac
 (rule `silent-bug-<id>`): it runs and returns wrong numbers. An entry limited to some chip families decides only
 when the user named the chip (`--chip`); otherwise, and when only the assumed macOS (the release's minimum, not a
 `--macos` the user gave) keeps an entry from applying, the call keeps its verdict and its evidence gets a note.
-`bind(call)` names the call's arguments for the conditions (tensors as conditions.TensorArg with strides,
-storage offset, device and requires_grad; `result` the tensor the op writes). Pure: no torch.
+predict/bind.py names the call's arguments for the conditions. Pure: no torch.
 """
 
 from __future__ import annotations
@@ -15,8 +14,9 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from opscan.knowledge.conditions import TensorArg, evaluate_when
-from opscan.knowledge.silent_bugs import BOUND_AS, SilentBug, load_bugs
+from opscan.knowledge.conditions import evaluate_when
+from opscan.knowledge.silent_bugs import SilentBug, load_bugs
+from opscan.predict.bind import arguments, recording
 from opscan.verdict import Classification, Evidence, Verdict
 
 PREFIX = "silent-bug-"
@@ -33,7 +33,7 @@ class _Code:
 @functools.lru_cache(maxsize=1)
 def silent_ops() -> frozenset[str]:
     """Every yaml op name some entry concerns, in any release."""
-    return frozenset(op for bug in load_bugs()[1] for op in bug.ops)
+    return frozenset(op for bug in load_bugs() for op in bug.ops)
 
 
 def key(call) -> tuple | None:
@@ -46,68 +46,13 @@ def key(call) -> tuple | None:
     return tensors, repr(call.attrs), repr(call.call)
 
 
-def tensor_arg(meta) -> TensorArg:
-    """A recorded TensorMeta as the conditions see it."""
-    return TensorArg(meta.dtype, tuple(meta.shape), tuple(meta.stride), meta.offset,
-                     "cpu" if meta.host else "mps", meta.requires_grad)
-
-
-def bind(call) -> dict | None:
-    """The call's arguments by schema name (silent_bugs.yaml `signatures`), `result` included; None when the
-    op's names are not known."""
-    signatures = load_bugs()[0]
-    names = signatures.get(BOUND_AS.get(call.op.yaml_name, call.op.yaml_name))
-    if names is None:
-        return None
-    if call.call is not None:  # a lens group: the high-level call's own arguments
-        metas, spec = call.call
-        tensors = [TensorArg(m[0], tuple(m[1]), tuple(m[2]), m[3] if len(m) > 3 and m[3] >= 0 else None, None,
-                             m[4] if len(m) > 4 else None) for m in metas]
-        values = [_from_spec(v, tensors) for v in spec.get("args", ())]
-        bound = dict(zip(names, values))
-        bound.update({k: _from_spec(v, tensors) for k, v in spec.get("kwargs", {}).items()})
-    else:
-        inputs = iter([tensor_arg(t) for t in call.inputs])
-        bound = dict(zip(names, [_from_attr(a, inputs) for a in call.attrs]))
-    for name in names:
-        bound.setdefault(name, None)  # an optional argument left out of the call: its default, None
-    bound["result"] = _result(call, bound)
-    return bound
-
-
-def _result(call, bound: dict):
-    if isinstance(bound.get("out"), TensorArg):
-        return bound["out"]
-    if call.op.name.endswith("_") and isinstance(bound.get("self"), TensorArg):
-        return bound["self"]
-    return tensor_arg(call.outputs[0]) if call.outputs else None
-
-
-def _from_spec(value, tensors):
-    if isinstance(value, dict):
-        if "t" in value:
-            return tensors[value["t"]] if value["t"] < len(tensors) else None
-        return next(iter(value.values()), None)
-    if isinstance(value, list):
-        return [_from_spec(v, tensors) for v in value]
-    return value
-
-
-def _from_attr(value, inputs):
-    if value == "<tensor>":
-        return next(inputs, None)
-    if isinstance(value, list):
-        return [_from_attr(v, inputs) for v in value]
-    return value
-
-
 def silent_verdict(call, kb, found: Classification) -> Classification:
     """`found`, or the predicted mismatch of the first entry of kb.release whose condition the call meets (with a
     note for entries that meet it only on a chip or a macOS the scan does not assume)."""
     bugs = kb.silent.get(call.op.yaml_name) if call.op.namespace == "aten" else None
     if not bugs or found.verdict not in _JUDGED:
         return found
-    names = bind(call)
+    names = arguments(call, recording(kb))
     if names is None:
         return found
     notes = []
@@ -169,7 +114,7 @@ def size_entry(call, release: str) -> SilentBug | None:
     except ValueError:
         return None
     found = [b for b in bugs.get(call.op.yaml_name, ()) if b.size_condition] if call.op.namespace == "aten" else []
-    names = bind(call) if found else None
+    names = arguments(call, release) if found else None
     for bug in found if names is not None else ():
         if evaluate_when(_Code(bug.code[call.op.yaml_name]), names, (99, 0), bug.chip[0] if bug.chip else None):
             return bug
@@ -180,9 +125,9 @@ def entry_of(rule: str) -> SilentBug | None:
     """The entry a `silent-bug-<id>` rule id names."""
     if not rule.startswith(PREFIX):
         return None
-    return next((b for b in load_bugs()[1] if b.id == rule[len(PREFIX):]), None)
+    return next((b for b in load_bugs() if b.id == rule[len(PREFIX):]), None)
 
 
 def by_id() -> Mapping[str, SilentBug]:
     """Every entry by id."""
-    return {b.id: b for b in load_bugs()[1]}
+    return {b.id: b for b in load_bugs()}

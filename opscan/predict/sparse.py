@@ -23,7 +23,9 @@ from __future__ import annotations
 import functools
 
 from opscan.knowledge import Knowledge
-from opscan.knowledge.composite_paths import sparse_paths_for
+from opscan.opkey import OpKey
+from opscan.knowledge.callees import SPARSE, callees
+from opscan.predict.composite import worst_decides
 from opscan.predict.dtype_rules import CHECK_ON_MAC, result
 from opscan.verdict import Classification, Verdict
 
@@ -57,7 +59,7 @@ def predict_sparse(op, layouts: tuple[str, ...], kb: Knowledge) -> Classificatio
         text = (f"{op} gets a {named} tensor, and {kb.yaml_source} registers a {key} kernel for it (predicted for "
                 f"torch {kb.release}; only the registration is read: sparse layouts are otherwise not modelled)")
         return result(Verdict.NATIVE, "sparse-mps-kernel", text, f"{kb.yaml_source} ({key} keys)")
-    branch = sparse_paths_for(op.yaml_name, kb.release) if op.namespace == "aten" and flag == "S" else None
+    branch = callees(op, kb, SPARSE) if flag == "S" else None
     if branch is not None:
         return _branch(op, layouts, kb, branch)
     text = (f"sparse layout: not modelled. {op} gets a {named} tensor; torch {kb.release} registers {key} kernels, "
@@ -68,15 +70,10 @@ def predict_sparse(op, layouts: tuple[str, ...], kb: Knowledge) -> Classificatio
 
 def _branch(op, layouts: tuple[str, ...], kb: Knowledge, branch) -> Classification:
     """A composite judged by the ops its body reaches for a sparse input, each with the same layouts."""
-    from opscan.opkey import OpKey
-
     judged = [(name, predict_sparse(OpKey.from_yaml(name), layouts, kb)) for name in branch.paths[0].calls]
-    name, worst = max(judged, key=lambda pair: pair[1].verdict.rank)
-    named = ", ".join(f"{n} ({found.verdict})" for n, found in judged)
-    text = (f"{op} gets a {'/'.join(layouts)} tensor; it is a composite whose body, for a sparse input, calls "
-            f"{named} (composite_paths.yaml sparse_paths): the worst, {name}, decides for torch {kb.release}")
-    source = " + ".join(dict.fromkeys(("composite_paths.yaml: " + branch.source, worst.evidence.source)))
-    return result(worst.verdict, "sparse-composite-path", text, source, worst.remedy)
+    return worst_decides(judged, "sparse-composite-path", f"{op} gets a {'/'.join(layouts)} tensor; it is a "
+                         "composite whose body, for a sparse input, calls ", " (composite_paths.yaml sparse_paths)",
+                         branch.source, kb.release)
 
 
 @functools.lru_cache(maxsize=64)

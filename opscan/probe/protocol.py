@@ -172,8 +172,13 @@ class Comparison:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> Comparison | None:
-        """Inverse of to_dict (None stays None)."""
-        return None if d is None else cls(**d)
+        """Inverse of to_dict (None stays None); ProtocolError naming a field of the wrong type."""
+        if d is None:
+            return None
+        if not isinstance(d, dict):
+            raise ProtocolError(f"field 'comparison' is {_kind(d)}, not a record")
+        checked(d, COMPARISON_TYPES, "comparison.")
+        return cls(**d)
 
     @classmethod
     def of_outputs(cls, func, got: list, ref: list, dtypes, reference: str) -> Comparison:
@@ -234,6 +239,7 @@ class PassOutcome:
             raise ProtocolError(f"protocol version {d.get('v')!r}, expected {VERSION}")
         if d.get("status") not in STATUSES or d.get("pass_name") not in PASSES:
             raise ProtocolError(f"bad status/pass in {d!r:.200}")
+        checked(d, OUTCOME_TYPES)
         fields = {k: v for k, v in d.items() if k != "v"}
         fields["warnings"] = tuple(fields.get("warnings") or ())
         fields["comparison"] = Comparison.from_dict(fields.get("comparison"))
@@ -243,6 +249,42 @@ class PassOutcome:
     def clean(self) -> bool:
         """Ran and agreed with the reference: nothing that calls for a fresh process."""
         return self.status == "ran" and (self.comparison is None or not self.comparison.beyond)
+
+
+# the JSON types of each field an outcome line may hold (None: null); what a results file from a Mac is checked
+# against before merge uses it: a list where a message belongs is a refusal naming the field, never a crash later
+_NUMBER = (int, float)
+OUTCOME_TYPES = {"probe": (str,), "pass_name": (str,), "status": (str,), "exc_type": (str, None),
+                 "message": (str, None), "warnings": (list,), "fallback_seen": (bool,), "comparison": (dict, None),
+                 "signal": (str, None), "returncode": (int, None), "duration": _NUMBER, "confirmed": (str, None),
+                 "extra": (dict,)}
+COMPARISON_TYPES = {"how": (str,), "within": (bool, None), "max_abs": (*_NUMBER, None),
+                    "max_rel": (*_NUMBER, None), "reference": (str,), "detail": (str, None)}
+_NAMES = {str: "text", int: "an integer", float: "a number", bool: "true or false", list: "a list", dict: "a record"}
+
+
+def checked(d: dict, types: dict, prefix: str = "") -> None:
+    """ProtocolError naming the first field of `d` whose value is not of its type in `types` (a bool is no
+    number; a float must be finite); the warnings must be text."""
+    for name, allowed in types.items():
+        if name not in d:
+            continue
+        value = d[name]
+        ok = value is None and None in allowed or any(
+            isinstance(value, t) and (t is bool or not isinstance(value, bool)) for t in allowed if t is not None)
+        if ok and isinstance(value, float) and not math.isfinite(value):
+            ok = False
+        if not ok:
+            wanted = " or ".join("null" if t is None else _NAMES.get(t, t.__name__) for t in allowed)
+            raise ProtocolError(f"field {prefix + name!r} is {_kind(value)}, not {wanted}")
+    if not all(isinstance(w, str) for w in d.get("warnings") or ()):
+        raise ProtocolError(f"field {prefix}'warnings' holds something other than text")
+
+
+def _kind(value) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"a non-finite number ({value})"
+    return "null" if value is None else _NAMES.get(type(value), f"a {type(value).__name__}")
 
 
 def setup_line(double: dict | None) -> str:

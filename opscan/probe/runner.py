@@ -75,7 +75,7 @@ class Pool:
 
     def _launcher(self):
         env = pass_env(self.pass_name, workers=self.options.workers)
-        stderr = open(self.options.log_path, "ab") if self.options.log_path else None  # noqa: SIM115
+        stderr = _log(self.options.log_path) if self.options.log_path else None
         kind = isolation_for(self.options)
         if kind == "zygote":
             try:
@@ -239,3 +239,9 @@ def _needs_on(probes, off: dict, on_pass: str) -> list:
     if on_pass == "always":  # noqa: S105 - a probe pass's name ('on'/'off'), not a password
         return [p for p in probes if off[p.id].status != "unbuildable"]
     return [p for p in probes if off[p.id].status == "raised"]
+
+
+def _log(path: str):
+    """The workers' stderr log, appended to (made when missing), never through a link planted at its name."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    return os.fdopen(os.open(path, flags, 0o666), "ab")

@@ -23,7 +23,7 @@ from opscan.render.console_layout import finding_entry, findings_table, rows_tab
 from opscan.render.device_code import device_code_lines
 from opscan.report import Report, Row
 from opscan.report.where import at_text
-from opscan.trust.text import printable
+from opscan.trust.text import inert_commands, printable
 from opscan.units import human_bytes as _bytes
 from opscan.verdict import Verdict
 
@@ -36,10 +36,16 @@ STYLE = {
 
 
 def escape(text: str) -> str:
-    """Text of the report for the table: control characters and terminal escape sequences (in module names,
-    exception texts that came back from a Mac, ...) as visible escapes (opscan/trust/text.py), then rich's
-    markup escaped. Every piece of report text goes through here."""
-    return markup_escape(printable(text))
+    """Text of the report for the table, one line: control characters, line breaks and terminal escape sequences
+    (in module names, exception texts that came back from a Mac, ...) as visible escapes (opscan/trust/text.py),
+    then rich's markup escaped. Every piece of report text goes through here; a section of several lines escapes
+    each line (`lines`), so no value can start a line of its own (a GitHub workflow command)."""
+    return markup_escape(printable(text, newlines=False))
+
+
+def escaped_lines(parts) -> str:
+    """Lines of report text, each escaped (escape)."""
+    return "\n".join(escape(part) for part in parts)
 
 
 def render_table(report: Report, *, verbose: bool = False, tree: bool = False, width: int = 100,
@@ -73,7 +79,7 @@ def render_table(report: Report, *, verbose: bool = False, tree: bool = False, w
             console.print(text, overflow="fold")
     console.print(_lane(report))
     console.print(_next(report), overflow="fold")
-    return buf.getvalue()
+    return inert_commands(buf.getvalue())  # a cell folded at `::` starts no workflow command
 
 
 def _markup(lines) -> str:
@@ -98,7 +104,7 @@ def _rows(report: Report, width: int):
     rules = [r.evidence.rule + (f" (CPU trace: {r.cpu_op.display})" if r.cpu_op else "") for r in rows]
     places = [at_text(r.where[0]) + (f" (+{len(r.where) - 1})" if len(r.where) > 1 else "") if r.where else ""
               for r in rows]
-    return rows_table(rows, width, measured, [printable(_modules(r), newlines=False) for r in rows], places, rules)
+    return rows_table(rows, width, measured, [_modules(r) for r in rows], places, rules)
 
 
 def _header(report: Report) -> str:
@@ -106,13 +112,13 @@ def _header(report: Report) -> str:
     what = "training step" if report.trace.get("step") == "train" else "inference forward"
     fx = report.trace.get("fx", {})
     fx_line = "fx graph: traced" if fx.get("traced") else f"fx graph: not traced ({fx.get('reason')})"
-    return escape(
+    return escaped_lines((
         f"opscan {report.opscan_version} · {report.model} · {what} · {report.mode} for torch "
-        f"{a.get('torch_release')} (installed {a.get('installed_torch')})\n"
+        f"{a.get('torch_release')} (installed {a.get('installed_torch')})",
         f"{report.trace.get('calls', 0)} calls traced ({report.trace.get('bookkeeping_calls', 0)} bookkeeping"
         f"{_view_calls(report)}) · "
-        f"phases: {_phases(report)} · {fx_line}"
-    )
+        f"phases: {_phases(report)} · {fx_line}",
+    ))
 
 
 def _view_calls(report: Report) -> str:
@@ -155,7 +161,7 @@ def _measurement(report: Report) -> str:
     lines = [f"Measured on {where}: {m['probes']} probes for {m['calls']} calls · {outcomes} · "
              f"{differ} · shapes {cap}{' — they differ here:' if n else ''}"]
     lines += [f"  ≠ {_differs(row)}" for row in report.rows if row.disagrees]
-    return escape("\n".join(lines))
+    return escaped_lines(lines)
 
 
 def _differs(row: Row) -> str:
@@ -229,7 +235,7 @@ def _transfers(report: Report) -> str:
              f"(to host {_bytes(step['d2h_bytes'])}, to MPS {_bytes(step['h2d_bytes'])}; {', '.join(parts) or 'none'})"]
     lines += [f"  {r['op']} in {r['module'] or '(model)'} ({r['phase']}): {_bytes(r['bytes'])}, {r['syncs']} syncs"
               for r in (t.get("ranking") or [])[:3]]
-    return escape("\n".join(lines))
+    return escaped_lines(lines)
 
 
 def _memory(report: Report) -> str:
@@ -246,12 +252,12 @@ def _memory(report: Report) -> str:
         lines += [f"  kept: {s['op']} ({s['phase']}) {s['dtype']}{s['shape']} x{s['count']}, {s['bytes']} B"
                   for s in live["suspects"][:3]]
         lines += [f"  {live['hint']}"] if live.get("hint") else []
-    return escape("\n".join(lines))
+    return escaped_lines(lines)
 
 
 def _device_code(report: Report) -> str:
     """The user's code that picks a device (render/device_code.py), escaped."""
-    return escape("\n".join(device_code_lines(report)))
+    return escaped_lines(device_code_lines(report))
 
 
 def _lane(report: Report) -> str:
@@ -276,4 +282,4 @@ def _next(report: Report) -> str:
         lines.append(f"`--repro` writes a standalone script per call and an ISSUE.md for each of the {worth} findings "
                      "worth reporting to PyTorch." if worth else "`--repro` writes a standalone script per call; no "
                      "finding here is for a new PyTorch issue (each one's upstream line says where it belongs).")
-    return escape("\n".join(lines))
+    return escaped_lines(lines)

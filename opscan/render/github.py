@@ -7,8 +7,8 @@ code caused, or made in a notebook's cell, is annotated without a file), the mes
 there, why, the fix, upstream), most severe first (ties in step order). GitHub shows at most 10 error, 10 warning
 and 10 notice annotations per step (`PER_LEVEL`): no more are written, and when any finding is left out a last
 notice counts them by level and points at the full report. Data is escaped as the Actions toolkit does (`%`, CR, LF
-as %25, %0D, %0A), properties also their `:` and `,` (%3A, %2C), so a message or file name cannot end the command
-early or forge another.
+as %25, %0D, %0A), properties also their `:` and `,` (%3A, %2C), control characters visible (opscan/trust/text.py
+github_data, github_property), so a message or file name cannot end the command early or forge another.
 """
 
 from __future__ import annotations
@@ -18,25 +18,16 @@ from collections import Counter
 from opscan.render.sarif import level_of, located, message
 from opscan.report import Report
 from opscan.report.findings import Finding
+from opscan.trust.text import github_data, github_property
 
 PER_LEVEL = 10  # annotations of one level GitHub shows per step
 COMMANDS = {"error": "error", "warning": "warning", "note": "notice"}
 
 
-def escape_data(text: str) -> str:
-    """A workflow command's message."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def escape_property(text: str) -> str:
-    """A workflow command's property value."""
-    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
 def workflow_command(level: str, message_text: str, **properties) -> str:
     """One workflow command line (properties in the order given, None ones left out)."""
-    props = ",".join(f"{key}={escape_property(str(value))}" for key, value in properties.items() if value is not None)
-    return f"::{level}{' ' + props if props else ''}::{escape_data(message_text)}"
+    props = ",".join(f"{key}={github_property(value)}" for key, value in properties.items() if value is not None)
+    return f"::{level}{' ' + props if props else ''}::{github_data(message_text)}"
 
 
 def render_github(report: Report, **_) -> str:

@@ -12,7 +12,7 @@ page is viewed.
 from __future__ import annotations
 
 import json
-from html import escape
+from opscan.trust.text import html_text as escape
 
 from opscan.opkey import signature_text
 from opscan.report import Report

@@ -7,7 +7,7 @@ count, and with `--memory` the live log (growth across iterations, counters per 
 
 from __future__ import annotations
 
-from html import escape
+from opscan.trust.text import html_text as escape
 
 from opscan.units import human_bytes
 

@@ -11,7 +11,7 @@ around it keeps its look. `NotebookReport` is a Report that shows itself that wa
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from html import escape
+from opscan.trust.text import html_text as escape
 
 from opscan.render.html import html_sections, render_html
 from opscan.render.html_assets import STYLE

@@ -15,13 +15,13 @@ tests/test_ci_formats.py.
 
 from __future__ import annotations
 
-import json
 from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import quote
 
 from opscan.report import Report
 from opscan.report.findings import Finding
+from opscan.trust.text import sarif_text, strict_json
 from opscan.verdict import Verdict
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -50,15 +50,15 @@ def render_sarif(report: Report, **_) -> str:
                        "torch_release": report.assumptions.get("torch_release"),
                        "macos": report.assumptions.get("macos"), "kb_version": report.kb_version},
     }
-    return json.dumps({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2) + "\n"
+    return strict_json({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2) + "\n"
 
 
 def _rule(rule: str, findings: list[Finding]) -> dict[str, Any]:
     worst = max(findings, key=lambda f: f.verdict.rank)
     verdicts = list(dict.fromkeys(f.verdict.value for f in findings))
     return {"id": rule, "name": rule,
-            "shortDescription": {"text": f"opscan rule {rule}: {', '.join(verdicts)} on MPS"},
-            "fullDescription": {"text": f"Source: {worst.evidence_source}"},
+            "shortDescription": {"text": sarif_text(f"opscan rule {rule}: {', '.join(verdicts)} on MPS")},
+            "fullDescription": {"text": sarif_text(f"Source: {worst.evidence_source}")},
             "defaultConfiguration": {"level": level_of(worst.verdict)},
             "properties": {"tags": ["mps", *verdicts]}}
 
@@ -66,7 +66,7 @@ def _rule(rule: str, findings: list[Finding]) -> dict[str, Any]:
 def _result(finding: Finding, index: int, report: Report) -> dict[str, Any]:
     result: dict[str, Any] = {
         "ruleId": finding.rule, "ruleIndex": index, "level": level_of(finding.verdict),
-        "message": {"text": message(finding, report)},
+        "message": {"text": sarif_text(message(finding, report))},
         "partialFingerprints": {"opscanFinding/v1": finding.key},
         "properties": {"verdict": finding.verdict.value, "source": finding.source.value, "ops": list(finding.ops),
                        "parts": [p.to_dict() for p in finding.parts], "phases": list(finding.phases),
@@ -89,10 +89,10 @@ def _location(place: dict[str, Any]) -> dict[str, Any]:
                 else {"uri": quote(file), "uriBaseId": BASE_ID})
     region: dict[str, Any] = {"startLine": int(place["line"])}
     if place.get("text"):
-        region["snippet"] = {"text": str(place["text"])}
+        region["snippet"] = {"text": sarif_text(place["text"])}
     location: dict[str, Any] = {"physicalLocation": {"artifactLocation": artifact, "region": region}}
     if place.get("function"):
-        location["logicalLocations"] = [{"fullyQualifiedName": place["function"], "kind": "function"}]
+        location["logicalLocations"] = [{"fullyQualifiedName": sarif_text(place["function"]), "kind": "function"}]
     return location
 
 

@@ -8,7 +8,7 @@ and is drawn dashed. The finding's own call is outlined (`class="node focus"`).
 
 from __future__ import annotations
 
-from html import escape
+from opscan.trust.text import html_text as escape
 
 from opscan.units import human_bytes
 

@@ -9,7 +9,6 @@ assemble.py builds the Report from a scan's stages (opscan/scan.py calls it).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -18,6 +17,7 @@ from typing import Any
 from opscan.graph.lanes import Lane
 from opscan.opkey import OpKey
 from opscan.report.findings import Finding, build_findings
+from opscan.trust.text import strict_json
 from opscan.verdict import Classification, Evidence, Source, Verdict
 
 SCHEMA_VERSION = 4  # 2: lane.why (kind, row, text) and lane.source beside lane.reasons; `source` in every section;
@@ -144,8 +144,9 @@ class Report:
                 f"finding{'s' * (len(self.findings) != 1)} ({rows} of {len(self.rows)} rows not native)>")
 
     def to_json(self, indent: int | None = 2) -> str:
-        """The report JSON (schema v4) as text: `json.loads(report.to_json()) == report.to_dict()`."""
-        return json.dumps(self.to_dict(), indent=indent)
+        """The report JSON (schema v4) as strict JSON text (a non-finite number is null: trust/text.py strict_json):
+        `json.loads(report.to_json()) == report.to_dict()` when every number is finite."""
+        return strict_json(self.to_dict(), indent=indent)
 
     def worst(self) -> Verdict:
         """The most severe verdict among the rows (native when there are none)."""

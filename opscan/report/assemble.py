@@ -1,6 +1,6 @@
-"""Report stage: the Report assembled from a scan's stages — its rows, its trace and MPS-view summaries, the
-assumptions and environment it rests on, and the graph, transfers and lane (opscan/scan.py composes the stages
-and calls `build_report`).
+"""Report stage: the Report assembled from what a scan's stages made — its rows, its trace and MPS-view summaries,
+the assumptions and environment it rests on, the graph, transfers and lane, the device-code findings
+(opscan/scan.py runs the stages and calls `build_report`, which only assembles: `Stages` holds their results).
 
 Measured on MPS (or a test double of it), the step graph, its transfers and the lane are built from the
 measured verdicts of the MPS view's calls, never from the predicted ones; measured on cpu or cuda they stay
@@ -13,6 +13,7 @@ from __future__ import annotations
 import platform
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from opscan import __version__
@@ -22,49 +23,61 @@ from opscan.report.where import places
 from opscan.verdict import Classification, Source
 
 
-def build_report(prepared, model: str, predicted: list, memory, measurement) -> Report:
-    """The Report of `model` (the TARGET as given): rows from the predictions (with their measurements), and the
-    graph, transfers and lane from the verdicts that stand for MPS — the measured ones when the measurement
-    does, else the predicted ones. `prepared`: scan.Prepared (the knowledge base, target, trace and view)."""
-    from opscan.predict.calls import decided_by
-    from opscan.predict.history import since_and_upgrade, with_since
+@dataclass(frozen=True)
+class Stages:
+    """What a scan's stages made, for the report to assemble (opscan/scan.py runs them)."""
+
+    predicted: list  # the predict stage's verdict of each MPS-view call
+    rows: tuple  # the report's rows (report_rows)
+    upgrade: Any  # predict/history.py Upgrade
+    memory: dict[str, Any] | None  # the memory stage's section
+    measurement: Any  # probe/stage.py Measurement, or None (predicted)
+    graph: dict[str, Any]  # graph/stage.py graph_stage: lane, step graph, graph and transfer sections
+    devices: tuple = ()  # predict/device_code.py DeviceFindings
+
+
+def report_rows(prepared, predicted: list, since: dict, measurement) -> tuple:
+    """The report's rows: the MPS view's calls grouped by (op, dtypes), each with its worst predicted verdict and
+    its `since`, and with its measurement when the probes ran."""
+    from opscan.predict.history import with_since
 
     kb, target, trace, view = prepared.kb, prepared.target, prepared.trace, prepared.view
-    since, upgrade = since_and_upgrade(view, predicted, kb, prepared.caches)
     rows = tuple(make_row(use, with_since(found, since.get((use.op, use.dtypes)), kb.release))
                  for use, found in collect_rows(view, predicted, trace.calls, target.project))
-    verdicts, source = [v.verdict for v in predicted], Source.PREDICTED
-    if measurement is not None:
-        rows = measured_rows(rows, measurement.rows, measurement.stands_for_mps, _platform(measurement))
-        if measurement.stands_for_mps:
-            verdicts, source = list(measurement.call_verdicts), Source.MEASURED
-    summary = trace_summary(trace)
-    summary.update(mps_view_calls=len(view), decided_by=dict(Counter(decided_by(v) for v in predicted)),
-                   mps_view=view_summary(trace, view), fake=target.fake is not None)
-    summary["notes"][:0] = [target.fake.reason] if target.fake is not None else []
-    return Report(
-        opscan_version=__version__, kb_version=kb.kb_version, model=model, model_name=target.name,
-        mode=_mode(measurement),
-        assumptions=_assumptions(trace.torch_version, kb, measurement, getattr(prepared, "notes", ())),
-        environment=environment(), phases=count_phases(trace.calls), rows=rows, trace=summary,
-        modules=trace.modules, upgrade={**upgrade.to_dict(), "source": Source.PREDICTED.value},
-        memory={**memory, "source": Source.PREDICTED.value} if memory else None,
-        measurement=None if measurement is None else {**measurement.section, "disagreements": disagreements(rows)},
-        **_with_device_code(graph_stage(trace, view, verdicts, rows, memory, source, prepared.graphs), target, trace,
-                            kb.release),
-    )
+    if measurement is None:
+        return rows
+    return measured_rows(rows, measurement.rows, measurement.stands_for_mps, _platform(measurement))
 
 
-def _with_device_code(stage: dict[str, Any], target, trace, release: str) -> dict[str, Any]:
-    """The graph stage's keywords with the `device_code` section and its lane reasons (report/device_code.py)."""
-    from opscan.predict.device_code import device_findings
+def stands_for_mps(predicted: list, measurement) -> tuple[list, Source]:
+    """(one verdict per MPS-view call, its source): the measured ones when the measurement stands for MPS."""
+    if measurement is not None and measurement.stands_for_mps:
+        return list(measurement.call_verdicts), Source.MEASURED
+    return [v.verdict for v in predicted], Source.PREDICTED
+
+
+def build_report(prepared, model: str, stages: Stages) -> Report:
+    """The Report of `model` (the TARGET as given), assembled from what the scan's stages made (`stages`) and
+    `prepared` (scan.Prepared: the knowledge base, target, trace and view)."""
+    from opscan.predict.calls import decided_by
     from opscan.report.device_code import device_section, with_device_reasons
 
-    calls = (*getattr(target, "device_calls", ()), *getattr(trace, "device_calls", ()))
-    findings = device_findings(calls, release)
-    project = getattr(target, "project", None)
-    return {**stage, "lane": with_device_reasons(stage["lane"], findings, project),
-            "device_code": device_section(findings, project)}
+    kb, target, trace, view = prepared.kb, prepared.target, prepared.trace, prepared.view
+    measurement, rows, project = stages.measurement, stages.rows, getattr(target, "project", None)
+    summary = trace_summary(trace)
+    summary.update(mps_view_calls=len(view), decided_by=dict(Counter(decided_by(v) for v in stages.predicted)),
+                   mps_view=view_summary(trace, view), fake=target.fake is not None)
+    summary["notes"][:0] = [target.fake.reason] if target.fake is not None else []
+    graph = {**stages.graph, "lane": with_device_reasons(stages.graph["lane"], stages.devices, project)}
+    return Report(
+        opscan_version=__version__, kb_version=kb.kb_version, model=model, model_name=target.name,
+        mode=_mode(measurement), assumptions=_assumptions(trace.torch_version, kb, measurement, prepared.notes),
+        environment=environment(), phases=count_phases(trace.calls), rows=rows, trace=summary,
+        modules=trace.modules, upgrade={**stages.upgrade.to_dict(), "source": Source.PREDICTED.value},
+        memory={**stages.memory, "source": Source.PREDICTED.value} if stages.memory else None,
+        measurement=None if measurement is None else {**measurement.section, "disagreements": disagreements(rows)},
+        device_code=device_section(stages.devices, project), **graph,
+    )
 
 
 def _platform(measurement) -> str | None:
@@ -78,32 +91,6 @@ def _mode(measurement) -> str:
     if measurement is None or not measurement.stands_for_mps:
         return "predicted"
     return "simulated" if measurement.where.simulated else "measured"
-
-
-def graph_stage(trace, view, verdicts, rows, memory: dict[str, Any] | None = None,
-                source: Source = Source.PREDICTED, graphs: dict | None = None) -> dict[str, Any]:
-    """The step graph, its transfers and the lane they help decide, all from `verdicts` (one per MPS-view call,
-    predicted or measured as `source` says): the Report's keyword arguments. `graphs` keeps `trace`'s graphs
-    (with their transfers) by verdicts: a scan of the same trace for another release with the same verdicts
-    reuses one (a graph is a function of the trace, its view and the verdicts alone)."""
-    from opscan.graph.build import build_graph
-    from opscan.graph.views import graph_section
-    from opscan.graph.lanes import decide_lane, transfer_reasons
-    from opscan.graph.transfers import account, regions, transfer_section
-
-    graphs = {} if graphs is None else graphs
-    # a release's view can differ from another's (predict/release_paths.py, predict/python_paths.py): the calls are
-    # part of the key
-    if (key := (tuple(verdicts), tuple((c.index, c.op) for c in view))) not in graphs:
-        graphs[key] = build_graph(trace, view, verdicts)
-        graphs[key].graph["transfers"] = account(graphs[key])  # per-call copies for the GraphML export
-    g = graphs[key]
-    transfers = g.graph["transfers"]
-    findings = sorted((i for i, r in enumerate(rows) if r.verdict.rank > 0), key=lambda i: -rows[i].verdict.rank)
-    lane = decide_lane(rows, transfer_reasons(transfers, rows), (memory or {}).get("lane"), source)
-    return {"lane": lane, "step_graph": g,
-            "graph": {**graph_section(g, transfers, findings), "source": source.value},
-            "transfers": {**transfer_section(transfers, regions(g, transfers)), "source": source.value}}
 
 
 def collect_rows(view, verdicts, trace_calls=(), project: str | None = None) -> list[tuple[RowUse, Classification]]:

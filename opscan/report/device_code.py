@@ -5,7 +5,7 @@ relative to the project folder:
 
     {"findings": [{"rule": "device-pick-cpu", "verdict": "cpu_fallback", "effect": "cpu", "file": "train.py",
                    "line": 4, "function": "<module>", "asked": "torch.cuda.is_available()", "text": "...",
-                   "fix": "...", "source": "...", "releases": "2.6.0-2.14.1", ...}], "source": "predicted"}
+                   "fix": "...", "source": "...", "releases": "2.6.0..2.14.1", ...}], "source": "predicted"}
 
 The lane stays the one the rows decide (the step as it runs once the line is fixed), and each finding that changes
 what a Mac runs — `raises` (the step as written raises there) and `cpu` (it runs on the CPU) — adds a `placement`

@@ -6,12 +6,13 @@
 - the other ops the same line makes under the same rule;
 - for a draft of a cause opscan would not file (`opscan repro --draft`): why, and the links to follow instead.
 
-Text from the report only appears as inline code (opscan/trust/text.py `inline_code`): nothing ends the line early.
+Text from the report only appears as code spans (opscan/trust/text.py `inline_code`, `markdown_text`): nothing ends
+the line early, and no HTML, link, mention or heading can be injected.
 """
 
 from __future__ import annotations
 
-from opscan.trust.text import inline_code
+from opscan.trust.text import inline_code, markdown_text
 
 
 def called_from(report: dict, findings: list[dict]) -> str:
@@ -54,9 +55,9 @@ def not_for_filing(cause) -> str:
     """A draft of a cause opscan would not file (`opscan repro --draft`) opens with why, and where it belongs."""
     if cause is None or cause.upstream.get("issue"):
         return ""
-    # the report's words (a report.json is read as untrusted data): each inside a code span
-    links = "".join(f"\n> - `{inline_code(str(url))}`" for url in cause.upstream.get("links") or [])
-    return f"> **opscan would not file this as a new issue**: `{inline_code(str(cause.upstream.get('text')))}`{links}\n"
+    # the report's words (a report.json is read as untrusted data): each one code span
+    links = "".join(f"\n> - {markdown_text(url)}" for url in cause.upstream.get("links") or [])
+    return f"> **opscan would not file this as a new issue**: {markdown_text(cause.upstream.get('text'))}{links}\n"
 
 
 def others(op: str, findings: list[dict]) -> str:
@@ -64,13 +65,13 @@ def others(op: str, findings: list[dict]) -> str:
     more = list(dict.fromkeys(str(f.get("op")) for f in findings if f.get("op") != op))
     if not more:
         return ""
-    return (" The same line of the scanned code also makes " + ", ".join(f"`{inline_code(o)}`" for o in more)
+    return (" The same line of the scanned code also makes " + ", ".join(markdown_text(o) for o in more)
             + ", judged by the same rule (its script is attached too).")
 
 
 def cause_lines(cause) -> str:
     """"Called from": the lines of the user's code that caused the calls, with their source text."""
-    lines = list(dict.fromkeys(_place_line(s) + (f": `{inline_code(str(s['text']))}`" if s.get("text") else "")
+    lines = list(dict.fromkeys(_place_line(s) + (f": {markdown_text(s['text'])}" if s.get("text") else "")
                                for s in cause.sites if _is_place(s)))
     if not lines:
         return ""

@@ -16,6 +16,7 @@ import shlex
 import zlib
 
 from opscan.opkey import TORCH_NAMESPACES
+from opscan.target.inputs import arg_words
 from opscan.verdict import Verdict
 
 MAX_CALLS = 4  # probe calls kept per finding row (the worst first)
@@ -26,10 +27,11 @@ EXPECTED = {0: "passes", 1: "reproduces", 2: "cannot-run"}
 
 def command_line(options) -> str:
     """The `opscan` command that makes this scan again: every ScanOptions / ProbeOptions field a flag sets that
-    changes what is traced, predicted or measured (defaults left out), quoted as a shell would (shlex)."""
+    changes what is traced, predicted or measured (defaults left out), quoted as a shell would (shlex). An --arg
+    value is written only for a name the user marked with --public-arg (`--arg token=<redacted>` otherwise)."""
     parts = ["opscan", options.target]
     parts += [x for text in options.inputs for x in ("--input", text)]
-    parts += [x for key, value in options.args.items() for x in ("--arg", f"{key}={value!r}")]
+    parts += arg_words(options.args, options.public_args)  # names only, unless marked public: a token stays out
     parts += ["--inference"] if options.inference else []
     parts += ["--dtype", options.dtype] if options.dtype else []
     parts += ["--no-fx"] if not options.fx else []

@@ -16,6 +16,7 @@ script beside ISSUE.md replays the exact call.
 from __future__ import annotations
 
 import base64
+import json
 import struct
 import zlib
 
@@ -72,7 +73,8 @@ def _missing_check(op: str) -> list[str]:
 def _lines(tensors: list[tuple[str, str]], names: list[str], expr: str, uses_f: bool, compared: bool,
            check: list[str], pack: bool, device: str) -> list[str]:
     imports = "import sys, warnings, torch" + (", torch.nn.functional as F" if uses_f else "")
-    head = [imports, f'device = sys.argv[1] if len(sys.argv) > 1 else "{device}"', *check,
+    head = [imports, f"device = sys.argv[1] if len(sys.argv) > 1 else {json.dumps(str(device))}",  # data, not code
+            *check,
             f'warnings.filterwarnings("error", "{FALLBACK_TAIL}")  # PyTorch\'s CPU-fallback warning raises',
             "torch.manual_seed(0)"]
     built = [f"{n} = {t}" + (f"  # the step's had strides {note}" if note else "") for n, (t, note) in

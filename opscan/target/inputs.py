@@ -1,4 +1,7 @@
-"""Target stage: `--input SHAPE:DTYPE[:LOW-HIGH]` and `--arg key=value` parsing (no torch import)."""
+"""Target stage: `--input SHAPE:DTYPE[:LOW-HIGH]` and `--arg key=value` parsing (no torch import), and the
+`--arg` words of a command line opscan records (a report's repro command, ISSUE.md, an acceptance package):
+argument names only — `--arg token=<redacted>` — unless the user marks the name public (`--public-arg NAME`),
+since a factory argument may be a credential and ISSUE.md is written for a public tracker."""
 
 from __future__ import annotations
 
@@ -76,6 +79,38 @@ def parse_arg(text: str) -> tuple[str, Any]:
     except (RecursionError, MemoryError):
         raise UsageError(f"--arg {key}=…: the value ({len(raw)} characters) is nested too deeply to read as a Python "
                          "literal — pass a simpler value (numbers, strings, tuples, lists, dicts)") from None
+
+
+REDACTED = "<redacted>"
+
+
+def public_name(text: str) -> str:
+    """`--public-arg NAME`: the name of an --arg whose value may be recorded."""
+    if not text.isidentifier():
+        raise UsageError(f"--public-arg {text!r} is not an argument name — write the KEY of an --arg KEY=VALUE, "
+                         "e.g. --public-arg num_classes")
+    return text
+
+
+def arg_words(args: dict[str, Any], public=()) -> list[str]:
+    """The `--arg` words of a recorded command line: `KEY=<redacted>` unless KEY is public (then `KEY=repr`), and
+    a `--public-arg KEY` for each public one given, so the line parses back to the same marking."""
+    words = [w for key, value in args.items()
+             for w in ("--arg", f"{key}={value!r}" if key in public else f"{key}={REDACTED}")]
+    return words + [w for key in args if key in public for w in ("--public-arg", key)]
+
+
+def redacted_argv(argv: list[str], public=()) -> list[str]:
+    """A command line as typed (sys.argv) with the value of every --arg whose name is not public redacted."""
+    out, after_arg = [], False
+    for word in argv:
+        if after_arg or word.startswith("--arg="):
+            head, text = ("", word) if after_arg else ("--arg=", word[len("--arg="):])
+            key, sep, _ = text.partition("=")
+            word = head + (text if key in public or not sep else f"{key}={REDACTED}")
+        after_arg = word == "--arg"
+        out.append(word)
+    return out
 
 
 def random_inputs(specs: list[InputSpec]):

@@ -88,7 +88,7 @@ def _import_file(path: Path, ctx: RunContext) -> ModuleType:
     path = ctx.absolute(path)  # against where the command started: the target may have changed directory
     if not path.is_file():
         raise TargetError(f"model file {str(path)!r} does not exist — check the path in TARGET")
-    folder = str(path.resolve().parent)
+    folder = os.path.abspath(path.parent)  # as named, links kept: code imported from it lies in the user's project
     module = loaded_module(path)  # imported here before (by opscan or the caller): its code runs once (once.py)
     if module is None:
         name = f"opscan_target_{abs(hash(str(path.resolve())))}"

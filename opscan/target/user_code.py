@@ -15,6 +15,7 @@ A notebook's cell (`notebook_cell`: the file name IPython compiled it under, `/t
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -112,10 +113,15 @@ def project_folder(file: str) -> str:
         candidate = parent
 
 
+_real = functools.lru_cache(maxsize=4096)(os.path.realpath)
+
+
 def relative_to(path: str, folder: str | None) -> str:
-    """`path` relative to `folder` (POSIX-style) when it lies inside it, else as it is."""
-    if folder and path.startswith(folder.rstrip(os.sep) + os.sep):
-        return path[len(folder.rstrip(os.sep)) + 1:].replace(os.sep, "/")
+    """`path` relative to `folder` (POSIX-style) when it lies inside it — as named, or once links are resolved in
+    both (a project reached through a link) — else as it is."""
+    for inner, outer in ((path, folder), (_real(path), _real(folder or "/"))):
+        if folder and inner.startswith(outer.rstrip(os.sep) + os.sep):
+            return inner[len(outer.rstrip(os.sep)) + 1:].replace(os.sep, "/")
     return path
 
 

@@ -48,15 +48,13 @@ def replicate(calls, groups, units: Units, coder: Coder, first_free: int) -> Ass
     order = order_of(len(calls), inserts)
     new_of = {item: n for n, item in enumerate(order)}
     walker = Walker(first_free)
-    codes: dict[int, tuple] = {}
+    codes: dict[int, OpCall] = {}
     for n, (i, fp) in enumerate(order):
         c = calls[i]
         if fp is None and i not in where:
             parent = None if c.parent is None else new_of[(c.parent, None)]
-            fields = (c.op, c.phase, c.module, c.bookkeeping, c.fx_node, c.module_source,
-                      coder.unnode(("G", c.node), 0), parent, c.expanded, c.attrs, c.args_spec, c.raised, c.py,
-                      c.caller, c.where)
-            walker.add(fields, [(t, t.storage) for t in c.inputs], [(t, t.storage) for t in c.outputs])
+            walker.add(replace(c, node=coder.unnode(("G", c.node), 0), parent=parent),
+                       [(t, t.storage) for t in c.inputs], [(t, t.storage) for t in c.outputs])
             continue
         k, unit = (2, where[i][1]) if fp is not None else where[i]
         code = codes.get(i) or codes.setdefault(i, coder.call(c, k, unit))
@@ -162,15 +160,14 @@ class Walker:
         self.calls: list = []
         self._open: list[int] = []
 
-    def add(self, fields: tuple, ins: list, outs: list) -> None:
-        """One call: its fields but index, inputs and outputs (see splice.Coder.decode), ins and outs as
-        (TensorMeta, storage id before numbering)."""
-        parent, expanded = fields[7], fields[8]
-        while self._open and self._open[-1] != parent:
+    def add(self, call: OpCall, ins: list, outs: list) -> None:
+        """One call, its index, inputs and outputs yet to be set: ins and outs as (TensorMeta, storage id before
+        numbering) (see splice.Coder.decode)."""
+        while self._open and self._open[-1] != call.parent:
             self._close(self._open.pop())
         n = len(self.calls)
-        self.calls.append((fields, tuple(self._meta(t, s) for t, s in ins), outs))
-        if expanded:
+        self.calls.append((call, tuple(self._meta(t, s) for t, s in ins), outs))
+        if call.expanded:
             self._open.append(n)
         else:
             self._close(n)
@@ -182,8 +179,8 @@ class Walker:
         return tuple(self.calls)
 
     def _close(self, n: int) -> None:
-        fields, ins, outs = self.calls[n]
-        self.calls[n] = OpCall(n, *fields[:3], ins, tuple(self._meta(t, s) for t, s in outs), *fields[3:])
+        call, ins, outs = self.calls[n]
+        self.calls[n] = replace(call, index=n, inputs=ins, outputs=tuple(self._meta(t, s) for t, s in outs))
 
     def _meta(self, t: TensorMeta, sid: int) -> TensorMeta:
         if sid >= self.first_free:
@@ -205,9 +202,7 @@ def renumber(calls, first_free: int) -> tuple[OpCall, ...]:
     """The calls with their storages numbered as a full run meets them (Walker)."""
     walker = Walker(first_free)
     for c in calls:
-        walker.add((c.op, c.phase, c.module, c.bookkeeping, c.fx_node, c.module_source, c.node, c.parent,
-                    c.expanded, c.attrs, c.args_spec, c.raised, c.py, c.caller, c.where),
-                   [(t, t.storage) for t in c.inputs], [(t, t.storage) for t in c.outputs])
+        walker.add(c, [(t, t.storage) for t in c.inputs], [(t, t.storage) for t in c.outputs])
     return walker.done()
 
 

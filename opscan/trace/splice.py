@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 from opscan.trace.records import OpCall, TensorMeta
 
 TEMP = 1 << 48  # storage ids of replicated layers before renumbering
+# the OpCall fields a unit's code writes relative to its layer (Coder.call); every other field is carried as it is
+RELATIVE = ("module", "inputs", "outputs", "fx_node", "node", "parent")
 _STRIDE = 1 << 24
 _NO_NODE = 1 << 63  # AccumulateGrad's sequence number (UINT64_MAX) and above: not the layers'
 
@@ -150,12 +152,14 @@ class Coder:
         return self.stack.runs[k]
 
     # encoding (relative to running layer k)
-    def call(self, c: OpCall, k: int, unit: range) -> tuple:
+    def call(self, c: OpCall, k: int, unit: range) -> OpCall:
+        """`c` coded relative to running layer k: its RELATIVE fields as codes, every other field as it is (a
+        field OpCall gains is carried without a change here); index 0, so that two layers' codes compare."""
         parent = None if c.parent is None else (
             ("R", c.parent - unit.start) if c.parent in unit else ("G", c.parent))
-        return (c.op, c.phase, self._module(c.module, k), tuple(self._meta(t, k) for t in c.inputs),
-                tuple(self._meta(t, k) for t in c.outputs), c.bookkeeping, self._fx(c.fx_node, k), c.module_source,
-                self.node(c.node, k), parent, c.expanded, c.attrs, c.args_spec, c.raised, c.py, c.caller, c.where)
+        return replace(c, index=0, module=self._module(c.module, k), inputs=tuple(self._meta(t, k) for t in c.inputs),
+                       outputs=tuple(self._meta(t, k) for t in c.outputs), fx_node=self._fx(c.fx_node, k),
+                       node=self.node(c.node, k), parent=parent)
 
     def _meta(self, t: TensorMeta, k: int) -> tuple:
         where = self.ids.get(t.storage)
@@ -183,23 +187,23 @@ class Coder:
         q = next(q for q in range(4) if node < self.seqs[q + 1])
         return ("N", q - k, node - self.seqs[q])
 
-    def equal(self, a: tuple, b: tuple) -> bool:
-        """Two encoded calls alike: TensorMetas compared without their storage (which the codes stand for)."""
-        if a[:3] != b[:3] or a[5:] != b[5:]:
+    def equal(self, a: OpCall, b: OpCall) -> bool:
+        """Two coded calls alike: TensorMetas compared without their storage (which the codes stand for)."""
+        if len(a.inputs) != len(b.inputs) or len(a.outputs) != len(b.outputs):
             return False
-        return all(_same(x, y) for x, y in zip((*a[3], *a[4]), (*b[3], *b[4]))) \
-            and len(a[3]) == len(b[3]) and len(a[4]) == len(b[4])
+        if replace(a, inputs=(), outputs=()) != replace(b, inputs=(), outputs=()):
+            return False
+        return all(_same(x, y) for x, y in zip((*a.inputs, *a.outputs), (*b.inputs, *b.outputs)))
 
     # decoding (at full position fp)
-    def decode(self, code: tuple, fp: int, parent_of) -> tuple:
-        """(the OpCall's fields but index, inputs and outputs; inputs and outputs as (TensorMeta, storage id))
-        for `renumber`-style assembly (replicate.py `Walker`)."""
-        op, phase, module, ins, outs, bookkeeping, fx, source, node, parent, expanded, attrs, spec, raised, py, \
-            caller, where = code
-        fields = (op, phase, self._unmodule(module, fp), bookkeeping, self._unfx(fx, fp), source,
-                  self.unnode(node, fp), parent_of(parent), expanded, attrs, spec, raised, py, caller, where)
-        return fields, [(t, self.sid(kind, off, rest, fp)) for t, (kind, off, *rest) in ins], \
-            [(t, self.sid(kind, off, rest, fp)) for t, (kind, off, *rest) in outs]
+    def decode(self, code: OpCall, fp: int, parent_of) -> tuple[OpCall, list, list]:
+        """(the call at full position fp with its index, inputs and outputs left for `renumber`-style assembly
+        (replicate.py `Walker`), its inputs and its outputs as (TensorMeta, storage id))."""
+        call = replace(code, module=self._unmodule(code.module, fp), inputs=(), outputs=(),
+                       fx_node=self._unfx(code.fx_node, fp), node=self.unnode(code.node, fp),
+                       parent=parent_of(code.parent))
+        return call, [(t, self.sid(kind, off, rest, fp)) for t, (kind, off, *rest) in code.inputs], \
+            [(t, self.sid(kind, off, rest, fp)) for t, (kind, off, *rest) in code.outputs]
 
     def sid(self, kind, off, rest, fp: int) -> int:
         """The storage id a code stands for at full position fp."""

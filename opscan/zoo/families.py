@@ -33,7 +33,22 @@ def family(name: str) -> tuple[ZooModel, ...]:
     try:
         return builders[name]()
     except ImportError as exc:
-        raise UsageError(f"the {name} family needs {exc.name or name} installed (pip install {name})") from None
+        if not installed(name):
+            raise UsageError(f"the {name} family needs {name} installed (pip install {name})") from None
+        # installed, but it (or what it imports) failed: say what failed, not that it is missing
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise UsageError(f"the {name} family: {name} is installed but importing it failed ({type(exc).__name__}: "
+                         f"{first}) — install a {name} release built for this torch") from None
+
+
+def installed(library: str) -> bool:
+    """Whether `library` is installed (found on the path; not imported)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(library) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def torchvision_models() -> tuple[ZooModel, ...]:

@@ -10,7 +10,7 @@ and links, `#open=MODEL@RELEASE` clicks that cell and `#sort=N` clicks header N 
 from __future__ import annotations
 
 import json
-from html import escape
+from opscan.trust.text import html_text as escape
 
 from opscan.trust.text import script_json
 from opscan.zoo.board import Leaderboard, ModelResult

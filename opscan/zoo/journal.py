@@ -6,23 +6,21 @@
 The CLI appends a line as each result arrives (flushed and fsynced). A rerun with the same output folder reads
 it back: a torn last line (the kill came mid-write) is dropped, every finished model (same name and spec, see
 ZooModel.key) is kept and not scanned again. A journal written for other releases is not mixed in: one line
-says so (exit 2), as does a line that is not JSON at all or a missing header. A model line that is JSON but not
-a model result (no `key`, a list, a result the leaderboard cannot read) is skipped with a warning, and its model
-is scanned again: it is checked here, before any model is scanned, never when the leaderboard is built. Lines go
-through the one reader's limits (opscan/trust/read.py). This module only reads; the CLI writes.
+says so (exit 2), as does a line that is not JSON at all or a missing header, and a damaged line (issue 36): JSON
+but not a model result (no `key`, a list, an unknown kind, a result the leaderboard cannot read) is exit 2 naming
+its line and why — opscan never writes one, so the file was edited or damaged: delete that line (its model is
+scanned again) or the file. It is checked here, before any model is scanned, never when the leaderboard is built.
+Lines go through the one reader's limits (opscan/trust/read.py). This module only reads; the CLI writes.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 from pathlib import Path
 from typing import Any
 
 from opscan.errors import UsageError
 from opscan.trust.read import Malformed, json_value, read_bytes
-
-log = logging.getLogger("opscan")
+from opscan.trust.text import printable, strict_json
 
 JOURNAL_NAME = "zoo.jsonl"
 VERSION = 1
@@ -33,7 +31,7 @@ def header(title: str, releases: tuple[str, ...]) -> dict[str, Any]:
 
 
 def line(record: dict[str, Any]) -> str:
-    return json.dumps(record, sort_keys=True) + "\n"
+    return strict_json(record, sort_keys=True) + "\n"
 
 
 def model_line(key: str, result: dict[str, Any]) -> str:
@@ -67,14 +65,14 @@ def read(path: Path, releases: tuple[str, ...]) -> tuple[dict[str, dict], int]:
 
 
 def _models(path: Path, records: list, releases: tuple[str, ...]) -> dict[str, dict]:
-    """{key: result} of the model lines that are model results; the others are skipped with a warning."""
+    """{key: result} of the model lines; UsageError (exit 2) naming the first damaged line and why."""
     done = {}
     for number, record in enumerate(records[1:], 2):
         why = _not_a_model_line(record, releases)
         if why:
-            log.warning("zoo journal %s, line %d: %s — skipped; that model is scanned again", path, number, why)
-        elif record.get("kind") == "model":
-            done[record["key"]] = record["result"]
+            raise UsageError(f"zoo journal {path}, line {number}: {why} — delete that line (its model is scanned "
+                             "again) or the file (or use another -o) to start over")
+        done[record["key"]] = record["result"]
     return done
 
 
@@ -88,7 +86,9 @@ def _not_a_model_line(record, releases: tuple[str, ...]) -> str | None:
     if not isinstance(record, dict):
         return f"a JSON {type(record).__name__}, not a record"
     if record.get("kind") != "model":
-        return None if isinstance(record.get("kind"), str) else "a record without a kind"
+        kind = record.get("kind")
+        return f"an unknown kind of record ({printable(repr(kind)[:40])})" if isinstance(kind, str) else \
+            "a record without a kind"
     if not isinstance(record.get("key"), str):
         return "a model line without its key"
     try:

@@ -14,20 +14,20 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from opscan.opkey import Release
 from opscan.trust.text import csv_cell
 from opscan.zoo.board import Leaderboard, ModelResult
+from opscan.trust.text import strict_json
 
 CSV_COLUMNS = ("model", "family", "status", "release", "lane", "native", "cell_source", "blocking_rows", "blocking",
                "first_native", "seconds", "error")
 
 
 def render_json(board: Leaderboard) -> str:
-    return json.dumps(board.to_dict(), indent=1, sort_keys=False) + "\n"
+    return strict_json(board.to_dict(), indent=1, sort_keys=False) + "\n"
 
 
 def _row_text(b) -> str:

@@ -1,4 +1,4 @@
-"""Test targets for the releases' own Python code paths (tests/test_release_paths.py, opscan/predict/paths.py).
+"""Test targets for the releases' own Python code paths (tests/test_release_paths.py, opscan/predict/python_paths.py).
 
 Each builder is a tiny model whose step runs one torch Python function whose code differs between releases:
 `rpow` (Tensor.__rpow__), `normed` (F.normalize, Tensor.norm), `mha` (F.multi_head_attention_forward with

@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when an entry's fixed_in disagrees")
     args = parser.parse_args(argv)
-    bugs = load_bugs()[1]
+    bugs = load_bugs()
     if args.check:
         problems = disagreements(bugs)
         for line in problems:

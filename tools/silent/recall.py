@@ -62,7 +62,7 @@ def measure(day: dt.date) -> dict:
     """The recall at `day`: the base, every held-out bug and what (if anything) predicted it."""
     from opscan.knowledge.silent_bugs import load_bugs
 
-    before, after = split(load_bugs()[1], day)
+    before, after = split(load_bugs(), day)
     table = repro_table()
     held = []
     for bug in sorted(after, key=lambda b: b.reported):
