@@ -267,7 +267,7 @@ def test_no_issue_md_for_float64_a_custom_op_or_a_known_issue(tricky_out):
 
     data = json.loads((out / "report.json").read_text())
     versions = render_files(data, every_finding=True)["repro/aten_take/ISSUE.md"].split("### Versions")[1]
-    assert f"- torch: predicted for torch {data['assumptions']['torch_release']}:" in versions
+    assert f"- torch: predicted for torch `{data['assumptions']['torch_release']}`:" in versions
     assert data["environment"]["torch"] not in versions
 
 
@@ -327,7 +327,7 @@ def test_upgrade_advice_names_only_releases_opscan_covers():
     assert named and [n for n in named if not covered(n[1])] == []
     from opscan.knowledge.silent_bugs import load_bugs
 
-    assert all(covered(bug.fixed_in) for bug in load_bugs()[1] if bug.fixed_in)
+    assert all(covered(bug.fixed_in) for bug in load_bugs() if bug.fixed_in)
     # and what a scan says: a step judged for torch 2.0.0, whose rows are native later
     from opscan.scan import ScanOptions, scan
 

@@ -626,8 +626,9 @@ def test_r4_high_3_a_credential_passed_with_arg_reaches_no_file(ran):
     check(run, 0, folders=[folder / "out"])
     files = [p for p in (folder / "out").rglob("*") if p.is_file()]
     assert not [p.name for p in files if "ghp_SECRET123" in p.read_text(errors="replace")]
-    issue = (folder / "out" / "repro" / "aten_take" / "ISSUE.md").read_text()
-    assert "--arg 'token=<redacted>' --arg take=True --public-arg take" in issue  # the public one keeps its value
+    # the command an ISSUE.md would show (take's cause is the missing-ops tracker's: no ISSUE.md is written for it)
+    command = json.loads((folder / "out" / "report.json").read_text())["repro"]["command"]
+    assert "--arg 'token=<redacted>' --arg take=True --public-arg take" in command  # the public one keeps its value
 
 
 @pytest.mark.parametrize("name, says", [
