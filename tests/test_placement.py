@@ -36,9 +36,13 @@ def _row(report, op: str):
     return max(found, key=lambda r: r.verdict.rank)
 
 
+def _placed(report):
+    """The report's placement findings: one per host tensor, at the line that made it (report/findings.py)."""
+    return [f for f in report.findings if f.rule.startswith("placement-")]
+
+
 def _origins(report) -> list[tuple[str, str | None, int | None]]:
-    return [(f["origin"]["kind"], f["origin"]["name"], f["origin"]["line"])
-            for f in (report.placement or {}).get("findings", [])]
+    return [(f.origin["kind"], f.origin["name"], f.site["line"]) for f in _placed(report)]
 
 
 def _line(path: Path, text: str) -> int:
@@ -76,10 +80,11 @@ def test_a_module_level_loss_target_is_an_error_of_nll_loss():
         assert "LossOps.mm" in row.evidence.source and "Placeholder" in row.evidence.text
     line = _line(TARGETS / "placement_loss.py", "TARGETS = torch.tensor")
     assert _origins(report) == [("global", "TARGETS", line)]
-    finding = report.placement["findings"][0]
-    assert finding["origin"]["text"] == "TARGETS = torch.tensor([3, 1])"
-    assert [m["line"] for m in finding["met"]] == [_line(TARGETS / "placement_loss.py", "F.cross_entropy")]
-    assert report.lane.name == "mac-first" and report.placement["errors"] == 1
+    finding = _placed(report)[0]  # one finding for both rows: one host tensor
+    assert finding.site["text"] == "TARGETS = torch.tensor([3, 1])" and finding.verdict == Verdict.ERROR
+    assert finding.ops == ("aten::nll_loss_forward", "aten::nll_loss_backward")
+    assert [m["line"] for m in finding.met] == [_line(TARGETS / "placement_loss.py", "F.cross_entropy")]
+    assert report.lane.name == "mac-first" and len(report.findings) == 1
 
 
 def test_a_plain_tensor_attribute_is_an_error_of_masked_fill_at_its_assignment():
@@ -88,7 +93,7 @@ def test_a_plain_tensor_attribute_is_an_error_of_masked_fill_at_its_assignment()
     assert row.verdict == Verdict.ERROR and row.evidence.rule == "placement-masked-fill-mask"
     assert "kc-1e68f5a6" in row.evidence.source
     assert _origins(report) == [("attribute", "Masked.mask", _line(TARGETS / "placement.py", "self.mask = mask"))]
-    assert "register_buffer" in report.placement["findings"][0]["origin"]["fix"]
+    assert "register_buffer" in _placed(report)[0].fix
 
 
 def test_a_closed_over_tensor_is_a_host_source_of_its_own():
@@ -100,9 +105,9 @@ def test_a_closed_over_tensor_is_a_host_source_of_its_own():
 def test_from_numpy_in_the_step_is_a_tensor_made_outside_the_dispatcher():
     report = _scan("placement.py", "from_numpy")
     assert _row(report, "aten::mul.Tensor").verdict == Verdict.ERROR
-    origin = report.placement["findings"][0]["origin"]
-    assert origin["kind"] == "before-step" and origin["first_read"]  # named by the line that first read it
-    assert origin["line"] == _line(TARGETS / "placement.py", "torch.from_numpy(np.ones")
+    finding = _placed(report)[0]
+    assert finding.origin["kind"] == "before-step" and finding.origin["first_read"]  # named by the line that read it
+    assert finding.site["line"] == _line(TARGETS / "placement.py", "torch.from_numpy(np.ones")
 
 
 def test_a_dataloader_batch_the_step_does_not_move_reaches_linear():
@@ -114,7 +119,7 @@ def test_a_dataloader_batch_the_step_does_not_move_reaches_linear():
 
 def test_a_batch_the_step_moves_with_to_device_is_on_the_device():
     report = _scan("placement_loader_moved.py")
-    assert report.placement is None
+    assert not _placed(report)
     assert all(r.placement is None for r in report.rows) and report.lane.name == "mac-first"
     # the move is the copy a Mac makes: a host -> device copy of each batch tensor (_to_copy's callee copy_)
     assert _rows(report, "aten::copy_")
@@ -131,25 +136,25 @@ def test_what_is_computed_only_from_host_tensors_runs_on_the_cpu_and_keeps_the_o
 @pytest.mark.parametrize("name", ["embed_fixed", "scale_fixed", "masked_fixed"])
 def test_the_fixed_steps_have_no_placement_finding(name):
     report = _scan("placement.py", name)
-    assert report.placement is None and report.lane.name == "mac-first"
+    assert not _placed(report) and report.lane.name == "mac-first"
     assert all(r.verdict == Verdict.NATIVE for r in report.rows)
 
 
 def test_a_target_moved_where_the_loss_uses_it_has_no_finding():
     report = _scan("placement_loss_fixed.py")
-    assert report.placement is None and all(r.verdict == Verdict.NATIVE for r in report.rows)
+    assert not _placed(report) and all(r.verdict == Verdict.NATIVE for r in report.rows)
 
 
 def test_the_device_tensors_hook_tells_opscan_the_users_script_moves_a_tensor():
     report = _scan("placement_told.py")
-    assert report.placement is None and all(r.verdict == Verdict.NATIVE for r in report.rows)
+    assert not _placed(report) and all(r.verdict == Verdict.NATIVE for r in report.rows)
 
 
 # --- the exceptions, each with its source -----------------------------------------------------------------------
 
 def test_cpu_indices_a_0_dim_put_value_and_0_dim_where_operands_are_taken():
     report = _scan("placement.py", "exceptions")
-    assert report.placement is None, report.placement
+    assert not _placed(report), _placed(report)
     assert _row(report, "aten::index.Tensor").verdict == Verdict.NATIVE
     assert _row(report, "aten::where.self").verdict == Verdict.NATIVE
 
@@ -309,18 +314,18 @@ def test_the_memory_stage_names_the_host_tensors_that_stop_its_sizing_runs():
 def test_a_composite_that_moves_its_cpu_arguments_itself_is_no_finding():
     # LossCTC.cpp moves the targets to the log-probabilities' device and reads the lengths on the CPU
     report = _scan("placement.py", "ctc")
-    assert report.placement is None, report.placement
+    assert not _placed(report), _placed(report)
     assert _row(report, "aten::_ctc_loss.Tensor").verdict == Verdict.NATIVE
 
 
 def test_a_python_scalar_written_into_a_device_tensor_is_on_the_device():
     report = _scan("placement.py", "set_item")
-    assert report.placement is None and all(r.verdict == Verdict.NATIVE for r in report.rows)
+    assert not _placed(report) and all(r.verdict == Verdict.NATIVE for r in report.rows)
 
 
 def test_a_host_computation_through_composites_then_moved_is_no_finding():
     report = _scan("placement.py", "host_then_moved")
-    assert report.placement is None, report.placement
+    assert not _placed(report), _placed(report)
     assert _row(report, "aten::abs.out").evidence.rule == "placement-host"  # its result allocated on the host too
 
 
@@ -330,11 +335,17 @@ def test_the_console_and_json_show_one_finding_per_host_tensor():
     report = scan(ScanOptions(str(Path(__file__).parents[1] / "examples" / "host_tensor.py") + ":build_model",
                               memory=False))
     text = render_table(report, width=200)
-    assert "Lane (predicted): mac-first — once the 3 placement fixes below are made" in text
-    assert "Placement: 3 tensors" in text and "host_tensor.py:21: module-level tensor CLASS_WEIGHTS" in text
-    found = json.loads(report.to_json())["placement"]["findings"]
+    assert "Lane (predicted): mac-first — once the 3 placement fixes are made" in text
+    assert "Findings: 3 causes" in text and "Placement:" not in text  # listed once, as findings
+    assert "[3] examples/host_tensor.py:21 in <module>: error" in text
+    assert "why: module-level tensor CLASS_WEIGHTS: model.to(device) leaves it on the CPU" in text
+    assert "met MPS kernels at: host_tensor.py:52 in loss_fn (loss, backward)" in text
+    doc = json.loads(report.to_json())
+    assert "placement" not in doc  # the findings carry what the placement section held
+    found = doc["findings"]
     assert {f["origin"]["name"] for f in found} == {"torch.arange", "TinyTagger.causal", "CLASS_WEIGHTS"}
-    assert all(f["met"] and f["origin"]["fix"] for f in found)
+    assert [f["site"]["line"] for f in found] == [37, 33, 21]  # each at the line that made the tensor
+    assert all(f["met"] and f["fix"] and f["upstream"]["kind"] == "user-code" for f in found)
 
 
 def test_every_kernel_check_a_rule_cites_is_in_kernel_checks():

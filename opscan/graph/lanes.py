@@ -152,15 +152,16 @@ def is_host_reason(reason: Reason) -> bool:
 
 
 def placement_reasons(rows) -> tuple[Reason, ...]:
-    """The lane's placement reason: the host tensors the user's code hands MPS kernels (report/placement.py), which
-    the lane is decided without; () when there are none."""
+    """The lane's placement reason: the host tensors the user's code hands MPS kernels (report/placement.py: each a
+    finding at the line that made it, its row's `causes`), which the lane is decided without; () when there are
+    none."""
     errors, open_ = {}, {}
     for row in rows:
         found = getattr(row, "placement", None)
         if found is None:
             continue
         into = errors if found["verdict"] == Verdict.ERROR.value else open_
-        for o in found["origins"]:
+        for o in getattr(row, "causes", ()):
             into.setdefault((o.get("file"), o.get("line"), o.get("name")), None)
     open_ = {k: None for k in open_ if k not in errors}
     if not errors and not open_:
@@ -168,7 +169,7 @@ def placement_reasons(rows) -> tuple[Reason, ...]:
     parts = []
     if errors:
         n = len(errors)
-        parts.append(f"{FIXES_LEAD} {n} placement fix{'es' if n > 1 else ''} below {'are' if n > 1 else 'is'} made "
+        parts.append(f"{FIXES_LEAD} {n} placement fix{'es' if n > 1 else ''} {'are' if n > 1 else 'is'} made "
                      f"(your step as written raises on a Mac)")
     if open_:
         n = len(open_)

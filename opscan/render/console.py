@@ -23,7 +23,6 @@ from opscan.opkey import signature_text
 from opscan.render.console_layout import finding_entry, findings_table, rows_table
 from opscan.render.device_code import device_code_lines
 from opscan.report import Report, Row
-from opscan.report.placement import finding_text
 from opscan.report.where import at_text
 from opscan.trust.text import inert_commands, printable
 from opscan.units import human_bytes as _bytes
@@ -79,7 +78,7 @@ def render_table(report: Report, *, verbose: bool = False, tree: bool = False, w
         text = section(report)
         if text:
             console.print(text, overflow="fold")
-    console.print(_lane(report) + _placement(report), overflow="fold")
+    console.print(_lane(report), overflow="fold")
     console.print(_next(report), overflow="fold")
     return inert_commands(buf.getvalue())  # a cell folded at `::` starts no workflow command
 
@@ -272,18 +271,6 @@ def _lane(report: Report) -> str:
     if len(reasons) > 10:
         lines.append(f"  … and {len(reasons) - 10} more rows (see report.json)")
     return "\n".join(lines)
-
-
-def _placement(report: Report) -> str:
-    """One finding per host tensor that meets MPS kernels, at the line that made it (report/placement.py)."""
-    found = (report.placement or {}).get("findings") or []
-    if not found:
-        return ""
-    lines = [f"Placement: {len(found)} tensor{'s' if len(found) > 1 else ''} the step keeps on the CPU on a Mac "
-             f"meet{'' if len(found) > 1 else 's'} MPS kernels (bugs of the step's code, not limits of MPS; they "
-             f"do not decide the lane):"]
-    lines += [f"  - {finding_text(f)}" for f in found]
-    return "\n" + escaped_lines(lines)
 
 
 def _next(report: Report) -> str:

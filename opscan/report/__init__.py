@@ -23,10 +23,9 @@ from opscan.verdict import Classification, Evidence, Source, Verdict
 SCHEMA_VERSION = 4  # 2: lane.why (kind, row, text) and lane.source beside lane.reasons; `source` in every section;
 # mode "simulated"; measurement.simulated; comparisons may be unchecked (within null) or by shape. 3: a row's `where`
 # (the user's lines that made its calls, report/where.py). 4: `findings` (one per cause: the user's line and the
-# rule, report/findings.py), a `where` entry's `text` and `cell`, a row's optional `causes`; `device_code`; a row's
-# optional `placement` and the `placement` section (report/placement.py)
-SECTIONS = ("graph", "transfers", "upgrade", "memory", "measurement", "repro", "device_code",
-            "placement")  # optional, JSON order
+# rule, report/findings.py: a row's, or a line of code no row holds), a `where` entry's `text` and `cell`, a row's
+# optional `causes` and `placement` (report/placement.py); `device_code`
+SECTIONS = ("graph", "transfers", "upgrade", "memory", "measurement", "repro", "device_code")  # optional, JSON order
 
 
 @dataclass(frozen=True)
@@ -49,11 +48,12 @@ class Row:
     measured: dict[str, Any] | None = None  # the probes' measurement (on MPS, or on cpu/cuda beside the prediction)
     silent: dict[str, Any] | None = None  # a known silent bug decided it: the entry and the calls meeting it
     where: tuple[dict[str, Any], ...] = ()  # the user's lines that made its calls, in step order (report/where.py)
-    # the placement model decided some of its calls: the host tensors' origins, where they met the kernel, and the
-    # row's verdict apart from them, which the lane reads (report/placement.py)
+    # the placement model decided some of its calls: its verdict and rule for them, and the row's verdict apart from
+    # them, which the lane reads (report/placement.py)
     placement: dict[str, Any] | None = None
     # the lines that caused its calls when they are not where the calls were made (a CPU tensor's creation: its
-    # finding goes there, report/findings.py); entries shaped like `where`'s (file, line, function, text, ...)
+    # finding goes there, report/findings.py); entries shaped like `where`'s (file, line, function, text, ...), a
+    # host tensor's with what it is, the fix and where it met MPS kernels (report/placement.py)
     causes: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,7 +121,6 @@ class Report:
     memory: dict[str, Any] | None = None  # the memory estimate and Mac sizing (memory/section.py)
     measurement: dict[str, Any] | None = None  # how the probes ran, measured mode only (probe/reconcile.py)
     repro: dict[str, Any] | None = None  # what the findings' repro scripts need, with --repro (repro/section.py)
-    placement: dict[str, Any] | None = None  # host tensors meeting MPS kernels, one finding each (report/placement.py)
     device_code: dict[str, Any] | None = None  # the user's code that picks a device, as a Mac runs it (device_code.py)
     step_graph: Any = field(default=None, repr=False, compare=False)  # the networkx graph, for GraphML only
 
@@ -143,7 +142,8 @@ class Report:
     def findings(self) -> tuple[Finding, ...]:
         """One finding per cause — the user's line and the rule — most severe first, ties in step order
         (report/findings.py): what every view lists."""
-        return build_findings(self.rows, self.assumptions.get("torch_release"))
+        return build_findings(self.rows, self.assumptions.get("torch_release"),
+                              (self.device_code or {}).get("findings") or ())
 
     @property
     def finding_rows(self) -> tuple[Row, ...]:
@@ -201,6 +201,7 @@ class RowUse:
     silent: dict[str, Any] | None = None  # report/silent.py: the silent bug that decided the row, its calls
     where: tuple[dict[str, Any], ...] = ()  # report/where.py
     placement: dict[str, Any] | None = None  # report/placement.py
+    causes: tuple[dict[str, Any], ...] = ()  # report/placement.py: the lines that made its host tensors
 
 
 def make_row(use: RowUse, found: Classification, source: Source = Source.PREDICTED) -> Row:
@@ -209,7 +210,7 @@ def make_row(use: RowUse, found: Classification, source: Source = Source.PREDICT
         op=use.op, dtypes=use.dtypes, verdict=found.verdict, source=source,
         evidence=found.evidence, remedy=found.remedy, since=found.since, cpu_op=use.cpu_op,
         phases=use.phases, modules=use.modules, calls=use.calls, shapes=use.shapes, silent=use.silent,
-        where=use.where, placement=use.placement,
+        where=use.where, placement=use.placement, causes=use.causes,
     )
 
 

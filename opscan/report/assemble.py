@@ -19,7 +19,6 @@ from typing import Any
 from opscan import __version__
 from opscan.opkey import Release, macos_text
 from opscan.report import Report, RowUse, count_phases, disagreements, make_row, measured_rows
-from opscan.report.placement import placement_section
 from opscan.report.where import places
 from opscan.verdict import Classification, Source
 
@@ -77,7 +76,7 @@ def build_report(prepared, model: str, stages: Stages) -> Report:
         modules=trace.modules, upgrade={**stages.upgrade.to_dict(), "source": Source.PREDICTED.value},
         memory={**stages.memory, "source": Source.PREDICTED.value} if stages.memory else None,
         measurement=None if measurement is None else {**measurement.section, "disagreements": disagreements(rows)},
-        device_code=device_section(stages.devices, project), placement=placement_section(rows), **graph,
+        device_code=device_section(stages.devices, project), **graph,
     )
 
 
@@ -98,7 +97,7 @@ def collect_rows(view, verdicts, trace_calls=(), project: str | None = None,
                  hosts=()) -> list[tuple[RowUse, Classification]]:
     """Group MPS-view calls by (OpKey, input dtypes) in first-seen order; the worst verdict wins. `trace_calls`
     (the CPU trace's) give each row its `where`, with file names relative to `project` (report/where.py); `hosts`
-    (the trace's HostSources) the origins of its placement findings (report/placement.py)."""
+    (the trace's HostSources) the causes of its placement findings (report/placement.py)."""
     from opscan.report.placement import with_placement
     from opscan.report.silent import with_silent
 
