@@ -232,6 +232,7 @@ def test_the_lines_that_raise_or_pick_the_cpu_are_findings_in_every_view(tmp_pat
                                                                    "phase": "step"}
     text = render_table(report, width=200)
     assert text.count(f"[1] step.py:{line} in loss_fn: error") == 1 and "asked: torch.cuda.synchronize()" in text
+    assert "\nCode that picks a device, no finding" in text and "\\x0a" not in text  # its own line, not escaped
     listed = text.split("Code that picks a device, no finding")[1]  # the record lists only the ignored call
     assert "torch.cuda.empty_cache()" in listed and "torch.cuda.synchronize()" not in listed.split("Lane")[0]
     (result,) = json.loads(render_sarif(report))["runs"][0]["results"]

@@ -91,8 +91,10 @@ def _markup(lines) -> str:
 
 def _findings_line(report: Report) -> str:
     findings, rows = report.findings, [r for r in report.rows if r.verdict.rank > 0]
+    code = sum(1 for f in findings if not f.parts)  # lines that pick a device: no ops of their own
+    also = f"; {code} of them a line that picks a device" if code else ""
     return (f"Findings: {len(findings)} cause{'s' * (len(findings) != 1)} (a line of your code and a rule; "
-            f"{len(rows)} of {len(report.rows)} ops, {sum(r.calls for r in rows)} calls), most severe first")
+            f"{len(rows)} of {len(report.rows)} ops, {sum(r.calls for r in rows)} calls{also}), most severe first")
 
 
 def _rows(report: Report, width: int):

@@ -82,7 +82,8 @@ def findings_table(findings, width: int) -> list[Line]:
     """One row per finding: its number, verdict, the user's line, its ops, calls and phases."""
     columns = [Column("#"), Column("verdict", styled=True), Column("where", sub=1),
                Column("ops", shrink=20), Column("calls", sub=2), Column("phases", sub=2)]
-    cells = [[str(n), f.verdict.value, site_text(f.site), _ops(f), str(f.calls), phases_text(f.phases)]
+    cells = [[str(n), f.verdict.value, site_text(f.site), _ops(f), str(f.calls),
+              phases_text(f.phases) or (f.code.phase if f.code else "")]
              for n, f in enumerate(findings, 1)]
     return grid(columns, cells, [f.verdict.value for f in findings], width)
 

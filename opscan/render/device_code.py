@@ -21,8 +21,8 @@ def device_code_lines(report) -> list[str]:
     if not findings:
         return []
     release = report.assumptions.get("torch_release")
-    lines = [f"\nCode that picks a device, no finding: what a Mac does there (torch {release}; each one's source: "
-             "report.json device_code):"]
+    lines = ["", f"Code that picks a device, no finding: what a Mac does there (torch {release}; each one's source: "
+                 "report.json device_code):"]  # a line of its own: console.py escapes each line, a "\n" too
     for number, f in enumerate(findings[:SHOWN_FINDINGS], 1):
         where = f"{f['file']}:{f['line']} in {f['function']}" if f.get("file") else _via(f)
         times = f" ×{f['calls']}" if f.get("calls", 1) > 1 else ""
