@@ -7,7 +7,7 @@ made, and how many distinct lanes the releases got; with `--check` also the seco
 ReleaseResult equals it (lane, its reasons, the blocking rows with their evidence). The last lines are the
 headline:
 
-    python bench/zoo_releases.py [--only NAME ...] [--check]
+    python bench/zoo_releases.py [--only NAME ...] [--releases R ...] [--check]
     ...
     zoo_releases: 53 models, 61 traces, 212.3 s (old: 2480.0 s), 0 differ
 
@@ -30,28 +30,28 @@ sys.path.insert(0, str(BENCH))
 from zoo import options_of  # noqa: E402 - bench/zoo.py: a manifest entry as ScanOptions
 
 
-def per_release(options) -> dict:
-    """The yardstick: one whole scan per release."""
+def per_release(options, releases=None) -> dict:
+    """The yardstick: one whole scan per release (`releases`, default every release of the knowledge base)."""
     from opscan.knowledge import kb_releases
     from opscan.scan import scan
     from opscan.zoo.releases import result_of
 
-    return {r: result_of(scan(replace(options, torch_version=r, memory=False)), r) for r in kb_releases()}
+    return {r: result_of(scan(replace(options, torch_version=r, memory=False)), r) for r in releases or kb_releases()}
 
 
-def run_one(name: str, entry: dict, check: bool) -> dict:
+def run_one(name: str, entry: dict, check: bool, releases=None) -> dict:
     """One model: new seconds, traces, lanes; with `check` the old seconds and the releases that differ."""
     from opscan.zoo.releases import scan_releases
 
     options = replace(options_of(entry), torch_version=None)
     start = time.perf_counter()
-    new = scan_releases(options)
+    new = scan_releases(options, tuple(releases) if releases else None)
     found = {"name": name, "seconds": time.perf_counter() - start, "traces": next(iter(new.values())).traces,
              "lanes": len({r.lane for r in new.values()}), "first_native": next(
                  (r.release for r in new.values() if r.native), "-"), "old": None, "differ": []}
     if check:
         start = time.perf_counter()
-        old = per_release(options)
+        old = per_release(options, releases)
         found.update(old=time.perf_counter() - start, differ=[r for r in old if old[r] != new[r]])
     return found
 
@@ -61,6 +61,7 @@ def main(argv=None) -> int:
     parser.add_argument("--manifest", default=str(BENCH / "zoo.yaml"))
     parser.add_argument("--only", nargs="*", help="only these entries")
     parser.add_argument("--check", action="store_true", help="also scan once per release and compare")
+    parser.add_argument("--releases", nargs="*", help="only these releases (default: every release)")
     args = parser.parse_args(argv)
     manifest = yaml.safe_load(Path(args.manifest).read_text(encoding="utf-8"))
     models = {name: {**manifest.get("defaults", {}), **entry} for name, entry in manifest["models"].items()
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
     results, failed = [], []
     for name, entry in models.items():
         try:
-            r = run_one(name, entry, args.check)
+            r = run_one(name, entry, args.check, args.releases)
         except Exception as exc:  # noqa: BLE001 - a model that fails is a line, not the end of the run
             failed.append(name)
             print(f"{name:28} failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]}", flush=True)

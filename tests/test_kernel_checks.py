@@ -54,9 +54,9 @@ def test_conv_transpose3d_in_float16_is_an_unsupported_dtype_with_the_kernels_me
     assert _row(fp32, "_mps_convolution_transpose").verdict == Verdict.NATIVE
 
 
-def _args(key, values: tuple) -> dict:
+def _args(key, values: tuple, release: str = "2.14.1") -> dict:
     """Values in schema order bound to the op's argument names, as predict/bind.py binds a recorded call's."""
-    return dict(zip((a.name for a in load_signatures().arguments(key.yaml_name, "2.14.1")), values))
+    return dict(zip((a.name for a in load_signatures().arguments(key.yaml_name, release)), values))
 
 
 def _predict(op: str, values: tuple, macos: str | None = None, release: str = "2.14.1"):
@@ -110,7 +110,7 @@ def test_macos_gate_fft_below_14_in_2_3_to_2_8():
 
 
 def test_flag_check_svd_driver():
-    a = TensorArg("float32", (4, 4))
+    a = TensorArg("float32", (64, 64, 64))  # a batch that fits 2.14's threadgroup staging (a 4x4 runs on the CPU)
     found = _predict("aten::_linalg_svd", (a, False, True, "gesvd"))
     assert found.verdict == Verdict.ERROR and found.evidence.rule == "kernel-svd-driver"
     assert _predict("aten::_linalg_svd", (a, False, True, None)).verdict == Verdict.NATIVE
@@ -206,3 +206,132 @@ def test_message_patterns_encode_dtype_checks_the_message_states():
     assert found.evidence.rule == "kernel-non-floating"
     limits = load_knowledge(release="2.14.1").limits
     assert len(limits.encoded) >= 40  # six hand-written rules and the message patterns' checks
+
+
+# ---------------------------------------------------------------- Conv3D (issue 38)
+
+R3D = f"{TARGETS / 'kernel_limits.py'}:r3d_18"
+
+
+def _conv3d_verdict(kb) -> Verdict:
+    """The verdict of a Conv3d's `_mps_convolution` call (5-D input, as the MPS view records it) under `kb`."""
+    key = K("aten::_mps_convolution")
+    clip, weight = TensorArg("float32", (1, 3, 4, 32, 32)), TensorArg("float32", (64, 3, 3, 7, 7))
+    return predict_op(key, ("float32", "float32"), kb,
+                      args=_args(key, (clip, weight, None, [0, 3, 3], [1, 2, 2], [1, 1, 1], 1), kb.release)).verdict
+
+
+def test_conv3d_on_2_1_makes_a_torchvision_video_model_linux_gpu_first():
+    # Convolution.mm:77 of 2.0.0-2.2.2: TORCH_CHECK(input_t.dim() < 5, "Conv3D is not supported on MPS")
+    report = scan(ScanOptions(R3D, torch_version="2.1.0", memory=False))
+    row = _row(report, "_mps_convolution")
+    assert row.verdict == Verdict.ERROR and row.evidence.rule == "kernel-conv3d"
+    assert "Conv3D is not supported on MPS" in row.evidence.text and "Convolution.mm:77" in row.evidence.source
+    assert report.lane.name == "linux-gpu-first"
+
+
+@pytest.mark.parametrize(("macos", "verdict"), [("13.1", Verdict.ERROR), ("13.2", Verdict.NATIVE)])
+def test_conv3d_on_2_3_needs_macos_13_2(macos, verdict):
+    report = scan(ScanOptions(R3D, torch_version="2.3.0", macos=macos, memory=False))
+    row = _row(report, "_mps_convolution")
+    assert row.verdict == verdict
+    if verdict == Verdict.ERROR:
+        assert row.evidence.rule == "kernel-conv3d-macos-13-2" and "MacOS_13_2" in row.evidence.text
+        assert report.lane.name == "linux-gpu-first"
+    else:
+        assert report.lane.name == "mac-first"  # every row of R3D-18's step is native on 2.3.0, macOS 13.2
+
+
+def test_conv3d_check_is_per_rank_and_per_release():
+    assert _conv3d_verdict(load_knowledge(release="2.0.0")) == Verdict.ERROR
+    assert _conv3d_verdict(load_knowledge(release="2.8.0", macos="13.1")) == Verdict.ERROR
+    assert _conv3d_verdict(load_knowledge(release="2.9.0")) == Verdict.NATIVE  # the check is gone (macOS 14+)
+    key = K("aten::_mps_convolution")  # a Conv2d (4-D) on 2.1.0 is not touched by the check
+    conv2d = _args(key, (TensorArg("float32", (1, 3, 32, 32)), TensorArg("float32", (8, 3, 3, 3)), None, [0, 0],
+                         [1, 1], [1, 1], 1), "2.1.0")
+    assert predict_op(key, ("float32", "float32"), load_knowledge(release="2.1.0"), args=conv2d).verdict == \
+        Verdict.NATIVE
+
+
+def test_mutation_removing_the_conv3d_condition_fails_its_test():
+    """The Conv3D rules removed from the knowledge (kernel_rules.yaml without them): the call the tests above judge
+    `error` is then native, so they would fail — the rule, not something else, decides it."""
+    from dataclasses import replace
+    from types import MappingProxyType
+
+    kb = load_knowledge(release="2.1.0")
+    assert _conv3d_verdict(kb) == Verdict.ERROR
+    limits = kb.limits
+    mutated = MappingProxyType({op: tuple((r, c) for r, c in pairs if not r.id.startswith("conv3d"))
+                                for op, pairs in limits.rules_by_op.items()})
+    assert mutated["_mps_convolution"] != limits.rules_by_op["_mps_convolution"]
+    assert _conv3d_verdict(replace(kb, limits=replace(limits, rules_by_op=mutated))) == Verdict.NATIVE
+
+
+# ---------------------------------------------------------------- issue 38: each encoded class on both sides
+
+_F = TensorArg("float32", (4, 8))
+_H = TensorArg("float16", (4, 8))
+_L = TensorArg("int64", (4, 8))
+_D6 = TensorArg("float32", (2, 2, 2, 2, 2, 8))
+_BIG = TensorArg("float32", (65536, 65537))  # more than 2**32 elements
+_HX = [TensorArg("float32", (2, 3, 64)), TensorArg("float32", (2, 3, 64))]
+
+
+@pytest.mark.parametrize(("op", "fires", "holds", "release", "macos", "rule"), [
+    ("aten::_lstm_mps", (None, _HX, [], True, 2), (None, _HX, [], True, 1), "2.0.0", None,
+     "kernel-lstm-multilayer-macos-13"),
+    ("aten::topk", (_D6, 3, 0), (_D6, 3, -1), "2.8.0", None, "kernel-topk-axis-depth"),
+    ("aten::kthvalue", (_D6, 1, 0, False), (_D6, 1, 3, False), "2.9.0", None, "kernel-kthvalue-axis-depth"),
+    ("aten::grid_sampler_2d", (_F, _F, 2, 0, False), (_F, _F, 0, 0, False), "2.1.0", None,
+     "kernel-grid-sampler-2d-bicubic"),
+    ("aten::grid_sampler_3d", (_F, _F, 1, 0, False), (_F, _F, 0, 0, False), "2.10.0", None,
+     "kernel-grid-sampler-3d-nearest"),
+    ("aten::_softmax", (_H, -1, True), (_H, -1, False), "2.14.1", None, "kernel-softmax-half-to-float"),
+    ("aten::div.Tensor_mode", (_H, _H, "trunc"), (_H, _H, "floor"), "2.5.0", None, "kernel-trunc-divide-half"),
+    ("aten::linalg_lu_factor_ex", (_F, False), (_F, True), "2.14.1", None, "kernel-lu-factor-no-pivot"),
+    ("aten::bmm", (TensorArg("float32", (64, 8192, 64)), TensorArg("float32", (64, 64, 8193))),
+     (TensorArg("float32", (64, 8192, 64)), TensorArg("float32", (64, 64, 8192))), "2.14.1", "14.0",
+     "kernel-bmm-tiling-macos-15"),
+    ("aten::masked_fill_.Scalar", (_BIG, _BIG, 0.0), (_F, _F, 0.0), "2.14.1", None, "kernel-masked-fill-2-32"),
+    ("aten::argmax", (_BIG,), (_F,), "2.14.1", None, "kernel-argmax-64bit-indexing"),
+    ("aten::dot", (TensorArg("int64", (8,)), TensorArg("int64", (8,))),
+     (TensorArg("int64", (8,)), TensorArg("int64", (8,))), "2.7.0", None, "kernel-dot-int64-macos-13"),
+    ("aten::_linalg_svd", (TensorArg("float16", (64, 64, 64)), False, True, None),
+     (TensorArg("float32", (64, 64, 64)), False, True, None), "2.14.1", None, "kernel-svd-float32-complex64"),
+    ("aten::cumsum", (_L, 0), (_F, 0), "2.8.0", "13.2", "kernel-int64-macos-13-3"),  # a message pattern
+    ("aten::pow.Tensor_Tensor", (_L, _L), (_L, _L), "2.4.0", None, "kernel-pow-int64-macos-13-2"),
+    ("aten::mm", (_L, _L), (_F, _F), "2.5.0", None, "kernel-float-only"),  # Blas/LinearAlgebra.mm 2.1.0-2.6.0
+])
+def test_each_encoded_check_class_on_both_sides_of_its_condition(op, fires, holds, release, macos, rule):
+    dtypes = ("int64",) if fires[0] is not None and getattr(fires[0], "dtype", "") == "int64" else ("float32",)
+    kb = load_knowledge(release=release, macos=macos)
+    key = K(op)
+    found = predict_op(key, dtypes, kb, args=_args(key, fires, release))
+    assert found.evidence.rule == rule and found.verdict in (Verdict.ERROR, Verdict.UNSUPPORTED_DTYPE), found
+    macos_after = {"kernel-dot-int64-macos-13": "14.0", "kernel-pow-int64-macos-13-2": "13.2"}.get(rule)
+    other = predict_op(key, dtypes, load_knowledge(release=release, macos=macos_after) if macos_after else kb,
+                       args=_args(key, holds, release))
+    assert other.evidence.rule != rule
+
+
+def test_fused_sgd_under_a_grad_scaler_is_an_error_on_mps():
+    p = [TensorArg("float32", (8,))]
+    key = K("aten::_fused_sgd_")
+    kb = load_knowledge(release="2.7.0")  # FusedSgdKernel.mm of 2.5.0-2.7.1 (kc-e6a8479a)
+    base = (p, p, p, 0.0, 0.9, 0.1, 0.0, False, False, False)
+    scaled = predict_op(key, ("float32",), kb, args=_args(key, (*base, TensorArg("float32", ()), None), "2.7.0"))
+    assert scaled.evidence.rule == "kernel-fused-sgd-grad-scale" and scaled.verdict == Verdict.ERROR
+    plain = predict_op(key, ("float32",), kb, args=_args(key, (*base, None, None), "2.7.0"))
+    assert plain.evidence.rule != "kernel-fused-sgd-grad-scale"
+
+
+def test_a_check_of_a_shared_helper_holds_only_for_the_op_its_condition_names():
+    """BinaryOps.mm's binaryOpTensor holds "MPS: <op> op with int64 input is supported natively starting from macOS
+    13.2" for every binary op's kernel, but its condition is `op_name == "power" && ...`: an int64 `ne` on 2.4.0 at
+    macOS 12.3 is native (a message pattern over every attached op made it unsupported_dtype; found by
+    test_kernel_fallbacks' pyg GCN step)."""
+    key, longs = K("aten::ne.Tensor"), TensorArg("int64", (4,))
+    kb = load_knowledge(release="2.4.0")
+    found = predict_op(key, ("int64", "int64"), kb, args=_args(key, (longs, longs), "2.4.0"))
+    assert found.verdict == Verdict.NATIVE

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET = TARGETS / "kernel_fallbacks.py"
 DYLIBS = Path(os.environ.get("OPSCAN_DYLIB_DIR", "/work/research/cxx/data"))
 # the releases around each boundary the rules state (a series' first and last patch release where it has two)
-BOUNDARIES = ("2.0.0", "2.1.0", "2.3.0", "2.3.1", "2.4.1", "2.5.0", "2.8.0", "2.9.0", "2.11.0", "2.12.0", "2.14.1")
+BOUNDARIES = ("2.0.0", "2.0.1", "2.1.0", "2.2.0", "2.3.0", "2.3.1", "2.4.1", "2.5.0", "2.7.1", "2.8.0", "2.9.0",
+              "2.11.0", "2.12.0", "2.13.0", "2.14.0", "2.14.1")
 
 
 def _scan(name: str, release: str, macos: str | None = None):
@@ -102,22 +103,46 @@ def test_a_fallback_must_name_real_releases_and_a_source():
     assert parse_kernel_rules(yaml.safe_dump({"fallbacks": [good]})).fallbacks[0].releases.covers("2.4.1")
 
 
-def _needle(message: str) -> bytes:
-    """The fixed part of a rule's message as the dylib stores it (the text before its first format argument or
-    before "Falling back", without trailing dots)."""
-    text = message.split("Falling back")[0].split("%s")[-1]
-    return text.strip().rstrip(".").encode()
+def _tool():
+    path = ROOT / "tools" / "kernel_fallback_strings.py"
+    spec = importlib.util.spec_from_file_location("kernel_fallback_strings", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not (DYLIBS / "2.14.1").is_dir(), reason="the releases' unpacked macOS wheels are not here")
 @pytest.mark.parametrize("release", BOUNDARIES)
 def test_each_message_is_in_the_dylib_of_exactly_the_releases_its_rules_cover(release):
-    data = (DYLIBS / release / "torch" / "lib" / "libtorch_cpu.dylib").read_bytes()
-    covered: dict[bytes, bool] = {}
-    for rule in load_kernel_rules().fallbacks:
-        covered[_needle(rule.message)] = covered.get(_needle(rule.message), False) or rule.releases.covers(release)
-    assert {needle: needle in data for needle in covered} == covered
+    """The release's TORCH_WARN sites (tools/kernel_fallback_strings.py): every one is a rule's or explained, and each
+    rule covers the release exactly when a warning of it is there (or none of its ops has an MPS kernel there)."""
+    tool = _tool()
+    held = {release: tool.warnings_of((DYLIBS / release / "torch" / "lib" / "libtorch_cpu.dylib").read_bytes())}
+    rules = load_kernel_rules().fallbacks
+    assert [m for m in held[release] if tool.classify(m, rules) == "UNACCOUNTED"] == []
+    assert tool.rule_mismatches(rules, held, [release], tool._has_kernel) == []
+
+
+def test_the_fallback_reader_classifies_warnings_by_rule_or_reason():
+    tool = _tool()
+    rules = load_kernel_rules().fallbacks
+    assert tool.classify("torch.topk support for k>16 by MPS on MacOS 13+, please upgrade", rules) == \
+        "rule topk-k16-macos-13"
+    assert tool.classify(" supported by MPS on MacOS 13+, please upgrade", rules) == "rule cumulative-macos-13"
+    assert tool.classify("torch.cumsum supported by MPS on MacOS 13+, please upgrade", rules) == \
+        "rule cumsum-macos-13-2-0"  # not the 2.1-2.4 rule, whose message only ends the same
+    assert tool.classify("MPS: median op is supported natively starting from macOS 13.0.  … Falling back on CPU. "
+                         "This may have performace implications.", rules) == "rule median-macos-13"
+    assert tool.classify("MPS: no support for int64 repeats mask, casting it to int32", rules).startswith(
+        "not a fallback")
+    assert tool.classify("MPS: frobnicate op is supported natively starting from macOS 16.0.  … Falling back on CPU.",
+                         rules) == "UNACCOUNTED"
+    sort = [r for r in rules if r.id == "sort-macos-13"]
+    held = {"2.5.0": {"torch.sort is supported by MPS on MacOS 13+, please upgrade. Falling back to CPU": "Sort.mm"}}
+    assert tool.rule_mismatches(sort, held, ["2.5.0"], lambda r, ops: True) == [
+        "sort-macos-13: the dylibs of 2.5.0 hold its message, it covers -"]
+    assert tool.rule_mismatches(sort, held, ["2.5.0"], lambda r, ops: False) == []  # no kernel there: another op's
 
 
 def _zoo():
@@ -142,3 +167,73 @@ def test_the_zoos_2_4_0_models_show_the_fallbacks_they_meet(name, library, rows)
     assert rows <= set(result.non_native)
     assert result.lane == "dual-track"
     assert result.problems == []
+
+
+# ---------------------------------------------------------------- issue 38: the rest of the dylibs' fallbacks
+
+@pytest.mark.parametrize(("name", "release", "macos", "expected"), [
+    ("topk_sort_k32", "2.0.0", None, {"aten::topk": ("cpu_fallback", "kernel-fallback-topk-k16-macos-13"),
+                                      "aten::sort.stable": ("cpu_fallback", "kernel-fallback-sort-macos-13")}),
+    ("topk_sort_k16", "2.4.1", None, {"aten::sort.stable": ("cpu_fallback", "kernel-fallback-sort-macos-13")}),
+    ("topk_sort_k32", "2.4.1", "13.0", {}),
+    ("topk_sort_k32", "2.5.0", None, {}),  # 2.5.0's Sort.mm / Shape.mm have no CPU path (and min macOS is 12.3)
+])
+def test_sort_and_topk_above_16_run_on_the_cpu_in_2_0_to_2_4_below_macos_13(name, release, macos, expected):
+    found = _not_native(_scan(name, release, macos))
+    assert {op: v for op, v in found.items() if op in ("aten::topk", "aten::sort.stable")} == expected
+
+
+def _fallback(op: str, values: tuple, release: str, macos: str | None = None, dtypes=("float32",)):
+    from opscan.knowledge import load_knowledge
+    from opscan.opkey import OpKey
+    from opscan.predict.rules import predict_op
+    from opscan.knowledge.signatures import load_signatures
+
+    key = OpKey.parse(op)
+    args = dict(zip((a.name for a in load_signatures().arguments(key.yaml_name, release)), values))
+    found = predict_op(key, dtypes, load_knowledge(release=release, macos=macos), args=args)
+    return found.verdict.value, found.evidence.rule
+
+
+def test_each_new_fallback_on_both_sides_of_its_condition():
+    from opscan.knowledge.conditions import TensorArg
+
+    x = TensorArg("float32", (4, 8))
+    assert _fallback("aten::cumsum", (x, 1, None), "2.0.0") == ("cpu_fallback",
+                                                                "kernel-fallback-cumsum-macos-13-2-0")
+    assert _fallback("aten::cumsum", (x, 1, None), "2.2.0") == ("cpu_fallback", "kernel-fallback-cumulative-macos-13")
+    assert _fallback("aten::cumsum", (x, 1, None), "2.2.0", "13.0")[0] == "native"
+    assert _fallback("aten::cumprod", (x, 1, None), "2.3.0") == ("cpu_fallback", "kernel-fallback-cumulative-macos-13")
+    a = TensorArg("float32", (3, 3))
+    assert _fallback("aten::linalg_inv_ex", (a, False), "2.7.0", "13.2") == (
+        "cpu_fallback", "kernel-fallback-linalg-inv-ex-macos-13-3")  # the message says 13+, the check 13.3
+    assert _fallback("aten::linalg_inv_ex", (a, False), "2.7.0", "13.3")[0] == "native"
+    assert _fallback("aten::linalg_inv_ex", (a, False), "2.8.0", "13.0")[0] == "native"
+    img = TensorArg("float32", (1, 8, 4, 4))
+    assert _fallback("aten::pixel_shuffle", (img, 2), "2.3.0") == ("cpu_fallback",
+                                                                  "kernel-fallback-pixel-shuffle-macos-13")
+    assert _fallback("aten::pixel_shuffle", (img, 2), "2.5.0")[0] == "native"
+    big, small = TensorArg("float32", (600, 600)), TensorArg("float32", (600, 512))
+    assert _fallback("aten::linalg_qr", (big, "reduced"), "2.12.0") == ("cpu_fallback", "kernel-fallback-linalg-qr-512")
+    assert _fallback("aten::linalg_qr", (small, "reduced"), "2.12.0")[0] == "native"
+    assert _fallback("aten::linalg_qr", (big, "reduced"), "2.14.1")[0] == "native"
+    longs = TensorArg("int64", (1, 1, 4, 4))
+    pool = (longs, [2, 2], [2, 2], [0, 0], False, True)
+    assert _fallback("aten::avg_pool2d", (*pool, 3), "2.14.1", dtypes=("int64",)) == (
+        "cpu_fallback", "kernel-fallback-avg-pool2d-divisor-int64")
+    assert _fallback("aten::avg_pool2d", (*pool, None), "2.14.1", dtypes=("int64",))[0] != "cpu_fallback"
+
+
+def test_svd_and_eigh_of_2_14_stage_in_threadgroup_memory_or_run_on_the_cpu():
+    from opscan.knowledge.conditions import TensorArg
+
+    tiny = TensorArg("float32", (8, 8))  # 64 elements < 8192: the CPU, without a warning
+    wide = TensorArg("float32", (256, 256))  # 256*256*4 bytes > 32 KiB: too large to stage
+    fits = TensorArg("float32", (64, 64, 64))  # a batch of 64 64x64 matrices: 16 KiB each, 262144 elements
+    assert _fallback("aten::_linalg_svd", (tiny, False, True, None), "2.14.1") == (
+        "cpu_fallback", "kernel-fallback-svd-staging")
+    assert _fallback("aten::_linalg_svd", (wide, False, True, None), "2.14.1")[1] == "kernel-fallback-svd-staging"
+    assert _fallback("aten::_linalg_svd", (fits, False, True, None), "2.14.1")[0] != "cpu_fallback"
+    eigh_fits = TensorArg("float32", (16, 32, 32))  # 2*32*32*4 = 8 KiB, 16384 elements
+    assert _fallback("aten::_linalg_eigh", (eigh_fits, "L", True), "2.14.1")[0] != "cpu_fallback"
+    assert _fallback("aten::_linalg_eigh", (tiny, "L", True), "2.14.1")[1] == "kernel-fallback-eigh-staging"

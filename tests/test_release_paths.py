@@ -124,6 +124,20 @@ def test_mutation_without_the_table_row_the_vit_is_not_native_on_2_5(monkeypatch
     assert any(row.verdict is not Verdict.NATIVE for row in report.rows)
 
 
+def test_timm_sapiens2_on_2_0_meets_neither_a_conj_branch_nor_an_unknown_copy():
+    """Issue 38: timm's Sapiens2 ViT was dual-track on 2.0-2.3 in the timm-sample board (as aimv2 and mvit_v1_b,
+    for the same two causes). 2.0.0's repeat_interleave.self_int kernel "calls" conj_physical on its complex branch —
+    for a float32 step it returns the input, nothing runs —, and the copy_ the installed torch's F.rms_norm path
+    dispatched (a composite whose 2.0.0 kernel is not known: rule release-callees-unknown) is MPS's own copy whatever
+    composite issued it."""
+    report = scan(ScanOptions(f"{TARGETS / 'sapiens2_small.py'}:build", torch_version="2.0.0", memory=False))
+    assert not [r for r in report.rows if r.op.name == "conj_physical"]
+    copies = [r for r in report.rows if r.op.name == "copy_"]
+    assert copies and all(r.verdict == Verdict.NATIVE and r.evidence.rule == "mps-copy" for r in copies)
+    assert report.lane.name.value == "mac-first"
+    assert "repeat_interleave.self_int: conj_physical" in _notes(report)  # said, not judged
+
+
 def test_a_composite_release_callees_adds_passes_the_dtype_layer_first():
     """At 2.2.0 MPS has no bfloat16 at all: every bfloat16 row is unsupported_dtype, the composites the release's
     math attention calls (softmax.int, zeros_like: judged by their OpInfo samples) included — they were native,

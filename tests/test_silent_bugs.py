@@ -258,10 +258,15 @@ def test_bitwise_into_a_column_is_gated_by_macos_15_at_2_5_and_2_6_not_2_7():
 
 
 def test_a_bmm_over_2_to_the_32_elements_is_flagged_through_fake_tensors_in_every_release():
-    report = _scan("long_bmm", "2.14.1", fake=True, inference=True)
+    # from macOS 15 the MPS kernel tiles such a bmm (and gets it wrong, #197636); below 15 it raises "Tiling of batch
+    # matmul for larger than 2**32 entries only available from MacOS15 onwards" (kernel_checks.txt kc-5b0b335c),
+    # which rule 4c decides first at 2.14.1's minimum macOS 14.0 (issue 38)
+    report = _scan("long_bmm", "2.14.1", fake=True, inference=True, macos="15.0")
     row = _rule(report, "aten::bmm")
     assert row.evidence.rule == "silent-bug-197636" and "open" in row.remedy and row.since is None
     assert report.to_dict()["ops"][report.rows.index(row)]["silent"]["fixed_in"] == "open"
+    below = _rule(_scan("long_bmm", "2.14.1", fake=True, inference=True), "aten::bmm")
+    assert below.evidence.rule == "kernel-bmm-tiling-macos-15" and below.verdict == Verdict.ERROR
 
 
 def test_every_entrys_fixing_release_follows_from_its_merge_day_and_the_branch_cuts():

@@ -103,7 +103,9 @@ def _classify(call: MpsCall, kb: Knowledge, note, args=None) -> Classification:
         ))
     if call.rule == release_paths.RULE:
         return release_paths.judge_added(call, kb)
-    if call.rule == "mps-copy" and not _wide(call.dtypes, kb):
+    # copy_ is MPS's own copy whichever composite issued it, also one whose path in the release is not known
+    # (release_paths marks that call UNKNOWN_RULE over its mps-copy rule)
+    if (call.rule == "mps-copy" or call.op == COPY) and not _wide(call.dtypes, kb):
         return Classification(Verdict.NATIVE, Evidence(
             "mps-copy", f"copy_ into or out of an MPS tensor runs MPS's own copy (torch {kb.release})", SRC_COPY))
     found = predict_op(call.op, call.dtypes, kb, callees=call.callees or None, args_note=note, cpu_op=call.cpu_op,

@@ -33,6 +33,11 @@ from opscan.opkey import OpKey, Release
 from opscan.verdict import Classification, Evidence
 
 RULE, UNKNOWN_RULE = "release-callees", "release-callees-unknown"
+# Composites that return a real input as it is, dispatching nothing (UnaryOps.cpp: `conj_physical`, `conj_physical_`:
+# `if (!self.is_complex()) return self;`; `resolve_conj`: `if (!self.is_conj()) return self;` — only complex
+# tensors carry the conj bit): a release's kernel that "calls" one sits on its complex branch for a real step.
+REAL_NOOPS = frozenset({"conj_physical", "conj_physical_", "resolve_conj", "conj"})
+_COMPLEX_DTYPES = ("complex32", "complex64", "complex128")
 CLOSURE_DEPTH = 3  # how deep a composite callee's own callees are followed to attribute a traced call
 
 
@@ -171,6 +176,11 @@ class _Plan:
                 self.unjudged.setdefault(node.op, set()).update(plus)
             return
         new = theirs - mine if kept else theirs  # nothing kept: I took a branch R's kernel lacks
+        if not any(d in _COMPLEX_DTYPES for d in self.trace.calls[node.first].dtypes):
+            noops = new & REAL_NOOPS  # the complex branch of R's kernel: for real input they return it as is
+            if noops:
+                self.unjudged.setdefault(node.op, set()).update(noops)
+                new = new - noops
         self.added.setdefault(node.first, []).extend((node.op, OpKey.from_yaml(op)) for op in sorted(new))
         self.changed[node.op] = " ".join([*(f"-{op}" for op in removed), *(f"+{op}" for op in plus)])
 

@@ -10,7 +10,7 @@ predicted one without touching the rest.
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opscan.errors import UsageError
@@ -19,6 +19,7 @@ from opscan.zoo.models import ZooModel
 from opscan.zoo.releases import ReleaseResult
 
 SCHEMA = "opscan-zoo/1"
+MADE_KEYS = ("commit", "knowledge")  # a model's provenance: the opscan commit and knowledge digest that scanned it
 
 
 
@@ -49,6 +50,8 @@ class ModelResult:
     seconds: float
     error: str | None = None
     fake: bool | None = None  # traced with fake tensors (None: not traced)
+    # the commit and knowledge digest it was scanned with (zoo/provenance.py; None: scanned before it existed)
+    made: dict[str, str] | None = field(default=None, compare=False)
 
     @property
     def status(self) -> str:
@@ -65,12 +68,14 @@ class ModelResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON form (a journal line's body, and the leaderboard's model entries)."""
         return {"model": self.model.to_dict(), "status": self.status, "error": self.error,
-                "seconds": round(self.seconds, 3), "fake": self.fake, "cells": [c.to_dict() for c in self.cells]}
+                "seconds": round(self.seconds, 3), "fake": self.fake, **(self.made or {}),
+                "cells": [c.to_dict() for c in self.cells]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelResult":
+        made = {k: str(data[k]) for k in MADE_KEYS if data.get(k)}
         return cls(ZooModel.from_dict(data["model"]), tuple(Cell.from_dict(c) for c in data["cells"]),
-                   float(data["seconds"]), data.get("error"), data.get("fake"))
+                   float(data["seconds"]), data.get("error"), data.get("fake"), made or None)
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,8 @@ class Leaderboard:
     models: tuple[ModelResult, ...]
     opscan: str = ""
     created: str = ""
+    # zoo/provenance.py board_provenance (None: a board made before boards recorded it)
+    provenance: dict[str, Any] | None = field(default=None, compare=False)
 
     def counts(self) -> dict[str, int]:
         """Cells by source, and models that could not be scanned."""
@@ -93,6 +100,7 @@ class Leaderboard:
     def to_dict(self) -> dict[str, Any]:
         """The leaderboard JSON (schema SCHEMA)."""
         return {"schema": SCHEMA, "title": self.title, "opscan": self.opscan, "created": self.created,
+                **({"provenance": self.provenance} if self.provenance else {}),
                 "releases": list(self.releases), "counts": self.counts(),
                 "models": [{**m.to_dict(), "first_native": m.first_native(self.releases)} for m in self.models]}
 
@@ -110,7 +118,8 @@ class Leaderboard:
         bad = [r for r in releases if not _is_release(r)]
         if bad:
             raise UsageError(f"{where}: {bad[0]!r} in its releases is not a torch release (such as 2.14.1)")
-        return cls(title, releases, models, data.get("opscan", ""), data.get("created", ""))
+        provenance = data.get("provenance") if isinstance(data.get("provenance"), dict) else None
+        return cls(title, releases, models, data.get("opscan", ""), data.get("created", ""), provenance)
 
 
 def _is_release(text) -> bool:
@@ -122,12 +131,16 @@ def _is_release(text) -> bool:
 
 
 def make_board(title: str, releases: tuple[str, ...], results: list[ModelResult]) -> Leaderboard:
-    """The leaderboard of `results` (in name order), stamped with this opscan's version and the time."""
+    """The leaderboard of `results` (in name order), stamped with this opscan's version, the time and its
+    provenance (what its models were scanned with, the macOS each release assumes)."""
     from opscan import __version__
+    from opscan.zoo.provenance import board_provenance
 
     created = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     ordered = tuple(sorted(results, key=lambda m: m.model.name))
-    return Leaderboard(title, tuple(sorted(releases, key=Release.parse)), ordered, __version__, created)
+    releases = tuple(sorted(releases, key=Release.parse))
+    provenance = board_provenance(releases, [m.made or {} for m in ordered])
+    return Leaderboard(title, releases, ordered, __version__, created, provenance)
 
 
 def merge_measured(board: Leaderboard, measured: dict[tuple[str, str], Cell]) -> Leaderboard:

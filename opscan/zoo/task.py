@@ -55,8 +55,16 @@ def run_model(model_dict: dict[str, Any], releases: tuple[str, ...] | None) -> d
             continue
         origin = _origin()
         cells = tuple(Cell(r, "predicted", origin) for r in results.values())
-        return ModelResult(model, cells, time.perf_counter() - start, None, fake).to_dict()
-    return ModelResult(model, (), time.perf_counter() - start, error, None).to_dict()
+        return ModelResult(model, cells, time.perf_counter() - start, None, fake, _made()).to_dict()
+    return ModelResult(model, (), time.perf_counter() - start, error, None, _made()).to_dict()
+
+
+def _made() -> dict[str, str]:
+    """The commit and knowledge digest this worker scans with (zoo/provenance.py)."""
+    from opscan.zoo.provenance import made_with
+
+    made = made_with()
+    return {"commit": made["commit"], "knowledge": made["knowledge"]}
 
 
 def _scan(model: ZooModel, fake: bool, releases, ctx):

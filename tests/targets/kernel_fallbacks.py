@@ -76,3 +76,29 @@ def grid_median():
     """F.grid_sample (grid_sampler_2d: on the CPU below macOS 13.2 in 2.0-2.8) and Tensor.median (below 13.0 in
     2.0-2.4)."""
     return _GridMedian(), (torch.randn(2, 3, 8, 8),)
+
+
+class _Ranker(nn.Module):
+    """A detector-style head: scores, the top-k of them (k=k), and a sort of the kept scores — what SSD's and Faster
+    R-CNN's post-processing call (torch.topk, torch.sort)."""
+
+    def __init__(self, k: int):
+        super().__init__()
+        self.score = nn.Linear(8, 1)
+        self.k = k
+
+    def forward(self, x):
+        scores = self.score(x).squeeze(-1)
+        top, _ = scores.topk(self.k, dim=-1)
+        ranked, _ = torch.sort(top, dim=-1, descending=True)
+        return ranked.sum()
+
+
+def topk_sort_k32():
+    """topk with k=32 (> 16) and a sort, on 2x64 scores."""
+    return _Ranker(32), torch.randn(2, 64, 8, generator=torch.Generator().manual_seed(0))
+
+
+def topk_sort_k16():
+    """topk with k=16 (the largest k 2.0-2.4's MPS kernel keeps below macOS 13) and a sort."""
+    return _Ranker(16), torch.randn(2, 64, 8, generator=torch.Generator().manual_seed(0))

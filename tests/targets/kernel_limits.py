@@ -63,3 +63,14 @@ class _UNet2d(nn.Module):
 def unet2d():
     """The 2-D model and a 1x2x8x8 image."""
     return _UNet2d(), torch.randn(1, 2, 8, 8, generator=torch.Generator().manual_seed(0))
+
+
+def r3d_18():
+    """torchvision's R3D-18 video classifier (random weights) and a 1x3x4x32x32 clip: every convolution is
+    nn.Conv3d, so `_mps_convolution` gets 5-D input — "Conv3D is not supported on MPS" in torch 2.0-2.2,
+    "Conv3D is only supported on MPS for MacOS_13_2 or newer" in 2.3-2.8 (Convolution.mm)."""
+    import torchvision
+
+    torch.manual_seed(0)
+    return torchvision.models.video.r3d_18(weights=None, num_classes=10), torch.randn(
+        1, 3, 4, 32, 32, generator=torch.Generator().manual_seed(0))
