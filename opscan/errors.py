@@ -20,11 +20,19 @@ class ExitCode(enum.IntEnum):
 
 
 class OpscanError(Exception):
-    """A user-facing error: one line saying what is wrong and how to fix it."""
+    """A user-facing error: one line saying what is wrong and how to fix it. `api`: the same line for a Python
+    caller (opscan.analyze), when the fix names command-line flags (`--input`, `-v`)."""
 
-    def __init__(self, message: str, *, user_traceback: str | None = None):
+    def __init__(self, message: str, *, user_traceback: str | None = None, api: str | None = None):
         super().__init__(message)
         self.user_traceback = user_traceback
+        self.api = api
+
+    def for_api(self) -> OpscanError:
+        """The error as a Python caller reads it: its `api` line when it has one (same type and traceback)."""
+        if self.api is None:
+            return self
+        return type(self)(self.api, user_traceback=self.user_traceback)
 
 
 class UsageError(OpscanError):

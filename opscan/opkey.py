@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 
 DEFAULT = "default"
+# the namespaces of torch's own operators: an op outside them is registered by the scanned code or another library
+TORCH_NAMESPACES = frozenset({"aten", "prims", "quantized", "_quantized", "rngprims", "_c10d_functional", "c10d"})
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 

@@ -63,10 +63,14 @@ def prepare(options: ScanOptions, ctx=None) -> Prepared:
     from opscan.knowledge import load_knowledge
     from opscan.target.inputs import parse_input
     from opscan.target.load import load_target
+    from opscan.target.run import RunContext
 
+    ctx = ctx or RunContext()
+    ctx.progress("loading the knowledge base")
     kb = load_knowledge(yaml_path=options.yaml_path, release=options.torch_version, macos=options.macos,
                         chip=options.chip)
     inputs = [parse_input(t) for t in options.inputs]
+    ctx.progress(f"loading {options.target}")
     target = built_as_mac(lambda: load_target(options.target, options.args, inputs, _fake_choice(options), ctx))
     return prepare_loaded(target, options, kb, ctx)
 
@@ -89,7 +93,11 @@ def prepare_loaded(target, options: ScanOptions, kb, ctx=None) -> Prepared:
     trace its step against `kb` and build the MPS view."""
     from opscan.mps_view import mps_view
 
+    if ctx is not None:
+        ctx.progress(f"tracing the step of {options.target}")
     trace, tracker = _trace(target, options, kb, ctx, options.memory)
+    if ctx is not None:
+        ctx.progress("building the MPS view")
     return Prepared(kb, target, trace, mps_view(trace), tracker)
 
 
@@ -104,7 +112,10 @@ def scan(options: ScanOptions, session=None, prepared: Prepared | None = None, c
     ctx = ctx or RunContext()
     prepared = prepared or prepare(options, ctx)
     with collector.spared():  # the trace, the model and the imports outlive every later stage (trace/collector.py)
-        return _stages(options, session, prepared, ctx)
+        try:
+            return _stages(options, session, prepared, ctx)
+        finally:
+            ctx.progress(None)
 
 
 def _stages(options: ScanOptions, session, prepared: Prepared, ctx) -> Report:
@@ -114,13 +125,16 @@ def _stages(options: ScanOptions, session, prepared: Prepared, ctx) -> Report:
     from opscan.report.assemble import Stages, build_report, report_rows, stands_for_mps
 
     memory = memory_stage(prepared, options, ctx)  # sizes of the traced step, whichever release is judged
+    ctx.progress(f"judging {len(prepared.view):,} calls for torch {prepared.kb.release}")
     prepared, predicted = predict_stage(prepared, measured=options.probe is not None)
     kb, target, trace, view = prepared.kb, prepared.target, prepared.trace, prepared.view
     measurement = None
     if options.probe is not None:
         from opscan.probe.stage import measure
 
+        ctx.progress(None)  # the probes draw their own bar
         measurement = measure(trace, view, options.probe, target.name, session)
+    ctx.progress("judging the other releases, building the step graph and the lane")
     since, upgrade = since_and_upgrade(view, predicted, kb, prepared.judged)
     rows = report_rows(prepared, predicted, since, measurement)
     verdicts, source = stands_for_mps(predicted, measurement)
@@ -129,6 +143,7 @@ def _stages(options: ScanOptions, session, prepared: Prepared, ctx) -> Report:
                     device_findings((*getattr(target, "device_calls", ()), *getattr(trace, "device_calls", ())),
                                     kb.release))
     report = build_report(prepared, options.target, stages)
+    ctx.progress("writing what the repro scripts need" if options.repro else None)
     command = repro_command(options)
     return report if command is None else with_repro(report, trace, view, command, measurement)
 

@@ -1,4 +1,5 @@
-"""Shared test setup: offline Hugging Face, no OPSCAN_* flags leaking in from the environment,
+"""Shared test setup: offline Hugging Face, no OPSCAN_* flags (nor COLUMNS, FORCE_COLOR, NO_COLOR) leaking in from
+the environment,
 and paths to the crafted targets and the examples."""
 
 from __future__ import annotations
@@ -24,13 +25,27 @@ EXAMPLES = REPO / "examples"
 def _no_opscan_env(monkeypatch):
     """Flags come from the test, never from OPSCAN_* variables of the shell that runs pytest."""
     for name in list(os.environ):
-        if name.startswith("OPSCAN_"):
-            monkeypatch.delenv(name)
+        if name.startswith("OPSCAN_") or name in ("COLUMNS", "FORCE_COLOR", "NO_COLOR"):
+            monkeypatch.delenv(name)  # the table's width and colours too: each test sets its own
 
 
 def pytest_unconfigure(config):
     """The session's bundle records go with it."""
     shutil.rmtree(os.environ["XDG_STATE_HOME"], ignore_errors=True)
+
+
+# `pytest -m quick`: the fast part of the suite (the spine, the knowledge base's rules, the renderers, the report
+# schema, the docs and the layering; no model is traced): about a minute, against the full suite's ten (README)
+QUICK = frozenset({"test_render.py", "test_schema.py", "test_docs.py", "test_layering.py", "test_knowledge.py",
+                   "test_kb_releases.py", "test_classify.py", "test_probe_texts.py", "test_probe_units.py",
+                   "test_trust_units.py"})
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests of the QUICK files `quick`."""
+    for item in items:
+        if item.path.name in QUICK:
+            item.add_marker(pytest.mark.quick)
 
 
 def pytest_addoption(parser):

@@ -9,22 +9,32 @@ from opscan.verdict import Evidence, Source, Verdict
 
 
 def row(op: str, dtypes, verdict: Verdict, modules, *, calls=1, phases=("forward",), text="from the table",
-        remedy=None, cpu_op=None) -> Row:
-    """A predicted row with short evidence."""
+        remedy=None, cpu_op=None, where=(), rule=None, source="test") -> Row:
+    """A predicted row with short evidence (`where`: its places, as report/where.py writes them)."""
     return Row(
         op=OpKey.parse(op), dtypes=tuple(dtypes), verdict=verdict, source=Source.PREDICTED,
-        evidence=Evidence(f"rule-{verdict.value}", text, "test"), remedy=remedy, since=None,
+        evidence=Evidence(rule or f"rule-{verdict.value}", text, source), remedy=remedy, since=None,
         cpu_op=OpKey.parse(cpu_op) if cpu_op else None, phases=tuple(phases), modules=tuple(modules),
-        calls=calls, shapes=((2, 3),),
+        calls=calls, shapes=((2, 3),), where=tuple(where),
     )
+
+
+def place(line: int, text: str, *, phases=("forward",), calls=1, file="model.py", function="Net.forward",
+          cell=None) -> dict:
+    """A `where` entry of the user's code, as report/where.py writes it."""
+    return {"file": file, "line": line, "function": function, "by": "call", "phases": list(phases), "calls": calls,
+            "via": None, "text": text, "cell": cell}
 
 
 ROWS = (
     row("aten::convolution", ["float32"] * 3, Verdict.NATIVE, ["encoder.conv"], calls=2),
     row("aten::upsample_bicubic2d.out", ["float32"], Verdict.CPU_FALLBACK, ["decoder.up"],
-        phases=("forward", "backward"), calls=4, text="always-CPU list", remedy="set the fallback variable"),
+        phases=("forward", "backward"), calls=4, text="always-CPU list", remedy="set the fallback variable",
+        where=[place(31, "x = self.up(x)", phases=("forward", "backward"), calls=4, function="Decoder.forward")]),
     row("aten::add.Tensor", ["float64", "float64"], Verdict.UNSUPPORTED_DTYPE, ["encoder.conv", "head"],
-        calls=3, text="float64 [no MPS dtype]", remedy="cast to float32"),
+        calls=3, text="float64 [no MPS dtype]", remedy="cast to float32",
+        where=[place(18, "h = self.conv(x).double() + self.offsets", calls=2, function="Encoder.forward"),
+               place(44, "return self.head(h) + self.offsets", calls=1)]),
     row("aten::_foreach_mul_.Scalar", ["float32"], Verdict.UNKNOWN, [""], phases=("optimizer",),
         text="not classified"),
     row("aten::linear", ["float32", "float32"], Verdict.NATIVE, ["head"], cpu_op="aten::addmm"),

@@ -304,10 +304,12 @@ def test_the_report_names_follow_the_report_json(tricky):
     data = json.loads(report.to_json())
     assert data == json.loads(json.dumps(report.to_dict()))
     assert [r.to_dict() for r in report.ops] == data["ops"] and report.lane.to_dict() == data["lane"]
-    ranks = [r.verdict.rank for r in report.findings]
+    # findings: one per cause (a line of the user's code and a rule), most severe first; the rows keep their detail
+    ranks = [f.verdict.rank for f in report.findings]
     assert ranks == sorted(ranks, reverse=True) and min(ranks) > 0
-    assert len(report.findings) == sum(1 for r in report.ops if r.verdict != Verdict.NATIVE) == 9
-    assert report.findings[0].op.display == "aten::_adaptive_avg_pool2d"
+    assert len(report.finding_rows) == sum(1 for r in report.ops if r.verdict != Verdict.NATIVE) == 9
+    assert len(report.findings) == 6 and [f.to_dict() for f in report.findings] == data["findings"]
+    assert report.findings[0].ops == ("aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool2d_backward")
 
 
 # --- Jupyter -------------------------------------------------------------------------------------------------------

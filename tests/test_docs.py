@@ -151,7 +151,7 @@ def test_readme_stays_a_front_page_with_the_contract_sections():
     assert ranks == {v.value: v.rank for v in Verdict}
     lanes = re.findall(r"^- `([a-z-]+)`:", section(text, "Lanes"), re.M)
     assert lanes == [lane.value for lane in LaneName]
-    assert "docs/report-schema.md" in section(text, "Report JSON (schema_version 3)")
+    assert "docs/report-schema.md" in section(text, "Report JSON (schema_version 4)")
 
 
 def test_the_checker_catches_what_it_should(tmp_path):
@@ -166,3 +166,18 @@ def test_the_checker_catches_what_it_should(tmp_path):
     assert linked_pages(page) == {tmp_path / "docs" / "b.md"}
     assert slug("Fake tensors: 7B–70B steps without the memory") == "fake-tensors-7b70b-steps-without-the-memory"
     assert slug("`opscan accept`: the acceptance run") == "opscan-accept-the-acceptance-run"
+
+
+FIRST_SCREEN = 65  # lines: what a reader sees before scrolling far
+
+
+def test_the_readmes_first_screen_answers_will_my_step_run_and_what_to_do():
+    # issue 35: a short pitch, the lane legend, the install and first scan, what to do when it does not run, and a
+    # quick test run with its time beside the full suite's — before the manual starts
+    lines = README.read_text(encoding="utf-8").splitlines()
+    top = "\n".join(lines[:FIRST_SCREEN])
+    pitch = lines[2:lines.index("## Lanes")]
+    assert len([line for line in pitch if line.strip()]) <= 3, pitch
+    assert "## Lanes" in top and all(f"- `{lane.value}`:" in top for lane in LaneName)
+    assert "opscan examples/cnn.py:build_model\n```" in top and "**What to do if not**" in top
+    assert "python -m pytest -q -m quick" in top and re.search(r"full suite takes about \d+", top)

@@ -153,7 +153,7 @@ def test_renderers_and_the_graph_stage_do_not_import_torch():
 
 def test_the_graph_and_transfers_sections_validate_against_the_schema():
     jsonschema = pytest.importorskip("jsonschema")
-    schema = json.loads((REPO / "opscan" / "schema" / "report-v3.json").read_text())
+    schema = json.loads((REPO / "opscan" / "schema" / "report-v4.json").read_text())
     doc = scanned(REL_ATTENTION).to_dict()
     jsonschema.Draft202012Validator(schema).validate(doc)
     assert {"graph", "transfers"} <= set(doc) and "step_graph" not in doc

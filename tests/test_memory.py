@@ -137,7 +137,7 @@ def test_meta_cache_leaves_the_sizing_runs_unchanged(spec):
 
 
 def test_memory_section_is_valid_and_reaches_lane_console_and_html(attention_report):
-    schema = json.loads(resources.files("opscan").joinpath("schema/report-v3.json").read_text(encoding="utf-8"))
+    schema = json.loads(resources.files("opscan").joinpath("schema/report-v4.json").read_text(encoding="utf-8"))
     doc = attention_report.to_dict()
     jsonschema.Draft202012Validator(schema).validate(doc)
     memory = doc["memory"]

@@ -2,7 +2,7 @@
 models, each scanned through the CLI (`opscan.cli.main`) with random weights, offline.
 
 Each scan must see all four phases, attribute backward and optimizer calls to real submodules, write
-JSON valid against opscan/schema/report-v3.json, and keep bookkeeping ops out of the rows. Configs and
+JSON valid against opscan/schema/report-v4.json, and keep bookkeeping ops out of the rows. Configs and
 inputs are tiny so the whole file stays well under two minutes on two cores.
 """
 
@@ -47,7 +47,7 @@ MODELS = {
 
 @pytest.fixture(scope="module")
 def schema_validator():
-    text = resources.files("opscan").joinpath("schema/report-v3.json").read_text(encoding="utf-8")
+    text = resources.files("opscan").joinpath("schema/report-v4.json").read_text(encoding="utf-8")
     return jsonschema.Draft202012Validator(json.loads(text))
 
 

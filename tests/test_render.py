@@ -53,12 +53,13 @@ def test_summary_lists_every_verdict_present():
 
 
 def table_cells(lines: list[str]) -> list[tuple[str, str, str]]:
-    """(module, op, verdict) of each table row, cut at the header's column starts (nothing folds at 200)."""
+    """(module, op, verdict) of each row of the -v table, cut at the header's column starts (nothing folds at
+    200); the table ends where the findings begin."""
     at = next(i for i, line in enumerate(lines) if line.startswith("#  module "))
     header = lines[at]
     module, op, dtypes, verdict, calls = (header.index(f" {name} ") + 1
                                           for name in ("module", "op", "dtypes", "verdict", "calls"))
-    end = next(i for i, line in enumerate(lines) if i > at and (not line or line.startswith("Lane (")))
+    end = next(i for i, line in enumerate(lines) if i > at and line.startswith(("Findings:", "All ")))
     return [(r[module:op].strip(), r[op:dtypes].strip(), r[verdict:calls].strip()) for r in lines[at + 1:end]]
 
 
@@ -94,11 +95,22 @@ def test_lane_printed_with_reasons():
 def test_each_finding_says_why_and_what_to_do():
     lines = wide(report())
     at = lines.index("Why, and what to do:")
-    assert lines[at + 1] == "[1] aten::_foreach_mul_.Scalar (float32): unknown (predicted)"
-    upsample = lines.index("[2] aten::upsample_bicubic2d.out (float32): cpu_fallback (predicted)")
-    assert lines[upsample + 1] == "    why: always-CPU list"
-    assert lines[upsample + 2] == "    rule: rule-cpu_fallback · source: test"
-    assert lines[upsample + 3] == "    fix: set the fallback variable"
+    # one entry per cause (the user's line, the rule), most severe first: the line, its source text as the user
+    # wrote it, the ops made there, why, the rule, the fix and where it belongs upstream
+    assert lines[at + 1:at + 9] == [
+        "[1] model.py:18 in Encoder.forward: unsupported_dtype (predicted)",
+        "      h = self.conv(x).double() + self.offsets",
+        "    ops: aten::add.Tensor [float64×2] (forward, 2 calls)",
+        "    why: float64 [no MPS dtype]",
+        "    rule: rule-unsupported_dtype · source: test",
+        "    fix: cast to float32",
+        "    upstream: worth reporting to PyTorch: --repro drafts an ISSUE.md with a minimal snippet",
+        "[2] model.py:44 in Net.forward: unsupported_dtype (predicted)",
+    ]
+    upsample = lines.index("[3] model.py:31 in Decoder.forward: cpu_fallback (predicted)")
+    assert lines[upsample + 2] == "    ops: aten::upsample_bicubic2d.out [float32] (forward, backward, 4 calls)"
+    assert lines[upsample + 5] == "    fix: set the fallback variable"
+    assert "[4] no line of your code is known: unknown (predicted)" in lines  # no `where`: said, not hidden
 
 
 def test_lane_lists_ten_reasons_then_counts_the_rest():
@@ -186,6 +198,23 @@ def test_table_ends_with_the_next_step():
     tail = " ".join(predicted[next(i for i, line in enumerate(predicted) if line.startswith("Next:")):])
     assert tail == ("Next: these verdicts are predicted. On a Mac, `opscan TARGET` measures every call and `opscan "
                     "accept TARGET` runs the real step against the CPU; `opscan bundle TARGET` packs the probes for a "
-                    "Mac you reach over SSH. `--repro` writes a standalone script and an ISSUE.md for each finding.")
+                    "Mac you reach over SSH. `--repro` writes a standalone script per call and an ISSUE.md for each "
+                    "of the 3 findings worth reporting to PyTorch.")
     measured = wide(replace(report(), mode="measured", repro={"findings": []}))
     assert not any(line.startswith(("Next:", "`--repro`")) for line in measured)
+
+
+def test_rows_measured_elsewhere_that_differ_are_listed_under_the_measurement_line():
+    # measured on cpu, a row predicted native for MPS that failed there: no finding about MPS, but said (issue 35:
+    # findings are causes on MPS; what the measurement saw elsewhere stays in view)
+    from helpers_report import place
+
+    odd = replace(ROWS[0], where=(place(12, "y = self.conv(x)"),),
+                  measured={"device": "cpu", "verdict": "error", "rule": "probe-error", "text": "RuntimeError: boom"})
+    measurement = {"device": "cpu", "stands_for_mps": False, "probes": 3, "calls": 5, "outcomes": {"ran": 2},
+                   "shapes": {"policy": "full"}, "disagreements": [{"row": 0}]}
+    lines = wide(replace(report(rows=(odd, *ROWS[1:])), measurement=measurement))
+    at = next(i for i, line in enumerate(lines) if line.startswith("Measured on cpu (not MPS"))
+    assert lines[at].endswith("1 differ from the MPS prediction, as cpu is not MPS · shapes full — they differ here:")
+    assert lines[at + 1] == ("  ≠ aten::convolution [float32×3] at model.py:12: predicted native, measured error on "
+                             "cpu — RuntimeError: boom")

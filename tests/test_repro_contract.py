@@ -35,7 +35,7 @@ from test_repro import _run_in_one_process, _write
 predicted = test_repro.predicted  # fixtures: the CLI's predicted scan of tricky, the simulated MPS backend
 simulated_adaptive = test_repro.simulated_adaptive
 
-COPY_ISSUE = "repro/aten_copy_/ISSUE.md"
+COPY_ISSUE = "repro/aten_copy_/ISSUE.md"  # a draft: float64 is a documented limitation (`opscan repro --draft`)
 
 
 def _report(predicted_dir: Path) -> dict:
@@ -55,18 +55,18 @@ def test_real_outputs_stay_with_their_call_when_scripts_swap_numbering(predicted
     report = _report(predicted)
     first, second = (c["probe"]["id"] for c in _copy_calls(report)[:2])
     outputs = {first: _real("OUTPUT OF THE FIRST CALL"), second: _real("OUTPUT OF THE SECOND CALL")}
-    issue = render_files(report, real_outputs=outputs)[COPY_ISSUE]
+    issue = render_files(report, every_finding=True, real_outputs=outputs)[COPY_ISSUE]
     assert "OUTPUT OF THE FIRST CALL" in issue and "OUTPUT OF THE SECOND CALL" not in issue
     assert "Output on mps (exit code 1):" in issue and "- chip: `Apple M3`" in issue
     swapped = copy.deepcopy(report)
     calls = _copy_calls(swapped)
     calls[0], calls[1] = calls[1], calls[0]  # repro_1.py is now the second call (a merge numbering differently)
-    files = render_files(swapped, real_outputs=outputs)
+    files = render_files(swapped, every_finding=True, real_outputs=outputs)
     assert "OUTPUT OF THE SECOND CALL" in files[COPY_ISSUE] and "OUTPUT OF THE FIRST CALL" not in files[COPY_ISSUE]
     # only the other call ran on the Mac: repro_1.py gets no output of someone else's call
-    only_second = render_files(report, real_outputs={second: _real("OUTPUT OF THE SECOND CALL")})[COPY_ISSUE]
+    only_second = render_files(report, every_finding=True, real_outputs={second: _real("OUTPUT OF THE SECOND CALL")})[COPY_ISSUE]
     assert "OUTPUT OF THE SECOND CALL" not in only_second and "(Not run on mps yet" in only_second
-    by_path = render_files(report, real_outputs={"repro/aten_copy_/repro_1.py": _real("KEYED BY PATH")})
+    by_path = render_files(report, every_finding=True, real_outputs={"repro/aten_copy_/repro_1.py": _real("KEYED BY PATH")})
     assert "KEYED BY PATH" not in by_path[COPY_ISSUE]  # the old key is not a call
 
 
@@ -76,13 +76,13 @@ def test_a_script_that_could_not_run_is_not_presented_as_the_output_on_mps(predi
     said = ("repro of aten::copy_ [float32, float64] on mps · torch 2.14.1 · PYTORCH_ENABLE_MPS_FALLBACK=unset\n"
             "cannot run here: MPS is not available on this machine (it needs a Mac with Apple Silicon)\n")
     refused = {first: {"device": "mps", "exit_code": 2, "output": said, "environment": {"device": "mps"}}}
-    issue = render_files(report, real_outputs=refused)[COPY_ISSUE]
+    issue = render_files(report, every_finding=True, real_outputs=refused)[COPY_ISSUE]
     assert "Output on mps" not in issue
     assert ("Not run on mps: the script could not run where the bundle ran (exit code 2, cannot run here), so this "
             "is no output of the op; it said why:\n\n```\n" + said.strip() + "\n```\n") in issue
     assert "(Paste the script's output on mps here.)" in issue  # a predicted report recorded no probe outcome
     assert "(Predicted by opscan from PyTorch's MPS kernel tables for this release" in issue  # nothing confirmed it
-    ran = render_files(report, real_outputs={first: {**refused[first], "exit_code": 1}})[COPY_ISSUE]
+    ran = render_files(report, every_finding=True, real_outputs={first: {**refused[first], "exit_code": 1}})[COPY_ISSUE]
     assert "Output on mps (exit code 1):\n\n```\n" + said.strip() in ran and "Not run on mps" not in ran
     assert "(Predicted by opscan" not in ran  # a script that ran on the device is the basis
 
@@ -100,7 +100,7 @@ def test_collect_env_recorded_on_the_mac_fills_the_versions_block(predicted):
     outputs = real_outputs(results)
     assert outputs[first]["environment"] == {"macos": "15.3", "collect_env": "PyTorch version: 2.14.1\nIs MPS "
                                                                              "available: True"}
-    issue = render_files(report, real_outputs=outputs)[COPY_ISSUE]
+    issue = render_files(report, every_finding=True, real_outputs=outputs)[COPY_ISSUE]
     versions = issue[issue.index("### Versions"):]
     assert "PyTorch version: 2.14.1\nIs MPS available: True" in versions and "Paste the output" not in versions
     assert "- macOS: `15.3`" in versions

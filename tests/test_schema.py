@@ -1,4 +1,4 @@
-"""The report JSON schema (opscan/schema/report-v3.json): a valid draft 2020-12 schema that accepts what
+"""The report JSON schema (opscan/schema/report-v4.json): a valid draft 2020-12 schema that accepts what
 `Report.to_dict()` writes and rejects what the contract forbids. Real scans are validated in test_models."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from helpers_report import report
 
 def load_schema() -> dict:
     """The schema as shipped inside the package."""
-    return json.loads(resources.files("opscan").joinpath("schema/report-v3.json").read_text(encoding="utf-8"))
+    return json.loads(resources.files("opscan").joinpath("schema/report-v4.json").read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")

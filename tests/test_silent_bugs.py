@@ -241,7 +241,7 @@ def test_linear_with_a_sliced_weight_is_flagged_at_2_8_only():
 
     report = _scan("sliced_weight", "2.8.0", macos="15.0")  # the no-graph path runs on macOS 15+ only
     schema = json.load(open(os.path.join(os.path.dirname(TARGETS), "..", "..", "opscan", "schema",
-                                         "report-v3.json"), encoding="utf-8"))
+                                         "report-v4.json"), encoding="utf-8"))
     jsonschema.Draft202012Validator(schema).validate(json.loads(json.dumps(report.to_dict())))
     row = _rule(report, "aten::linear")
     assert row.evidence.rule == "silent-bug-161640" and report.lane.name.value == "linux-gpu-first"

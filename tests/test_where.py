@@ -97,7 +97,7 @@ def test_every_finding_row_of_tricky_names_its_line_in_forward(tricky):
     }
     # every finding row is one of these (and each of these a finding row)
     assert sorted((r.op.display, r.dtypes if (r.op.display, r.dtypes) in expected else None)
-                  for r in tricky.findings) == sorted(expected, key=lambda k: (k[0], k[1] or ()))
+                  for r in tricky.finding_rows) == sorted(expected, key=lambda k: (k[0], k[1] or ()))
     for (op, dtypes), want in expected.items():
         assert [at(w) for w in places(tricky, op, dtypes)] == [want], op
         assert all(p["via"] is None for w in places(tricky, op, dtypes) for p in w)  # tricky calls torch itself
@@ -119,9 +119,9 @@ def test_the_default_steps_own_calls_get_the_factory_line(tricky):
 def test_a_library_model_under_the_default_step_gets_the_factory_and_the_librarys_line(path, function, version, op,
                                                                                        dtypes):
     report = _scan(path, function, torch_version=version)
-    assert report.findings
+    assert report.finding_rows
     factory = (rel(path), line_of(path, f"def {function}("), function, "factory")
-    for row in report.findings:  # every finding: the factory's line, through the library's own
+    for row in report.finding_rows:  # every finding row: the factory's line, through the library's own
         assert row.where and all(at([p])[0][:4] == factory and p["via"] for p in row.where), row.op.display
     (where,) = places(report, op, dtypes)
     for place in where:
@@ -143,12 +143,12 @@ def test_a_train_step_of_the_users_own_names_its_lines(stepped):
     f = rel(STEP)
     old, new = stepped["2.0.0"], stepped["2.5.0"]
     # 2.0.0: the label-smoothed loss's bool `~` has no MPS kernel: the loss line, torch called directly
-    (finding,) = old.findings
+    (finding,) = old.finding_rows
     assert finding.op.display == "aten::bitwise_not" and at(finding.where) == [(f, loss, "train_step", "call",
                                                                                  ("loss",))]
     assert finding.where[0]["via"] is None
     # 2.5.0: convolution backward (a known silent bug): the forward call that made each node, through timm's lines
-    (finding,) = new.findings
+    (finding,) = new.finding_rows
     assert finding.op.display == "aten::mps_convolution_backward" and len(finding.where) > 1
     for place in finding.where:
         assert at([place]) == [(f, logits, "train_step", "call", ("backward",))]
@@ -164,7 +164,7 @@ def test_a_train_step_of_the_users_own_names_its_lines(stepped):
 
 def test_custom_steps_autocast_gate_names_the_with_line():
     report = _scan(CUSTOM, "build_model", torch_version="2.0.0")
-    (finding,) = report.findings
+    (finding,) = report.finding_rows
     assert finding.op.display == "torch::autocast.mps"
     assert at(finding.where) == [(rel(CUSTOM), line_of(CUSTOM, "with torch.autocast("), "train_step", "call",
                                   ("loss",))]
@@ -196,31 +196,43 @@ def test_the_table_and_the_html_show_the_line(tricky):
     from opscan.render.html import render_html
 
     take = line_of(TRICKY, "picked = torch.take(feats, self.picks)")
-    table = render_table(tricky, width=160)
-    row = next(line for line in table.splitlines() if "aten::take " in line)
-    assert row.rstrip().endswith(f"tricky.py:{take}")  # the where column
-    assert f"    where: examples/tricky.py:{take} in Tricky.forward (forward, 1 call)" in table
-    copy = line_of(TRICKY, "return precise.float()")  # a row made at two lines: "+1" in the column, both below
-    assert f"       examples/tricky.py:{copy} in Tricky.forward (backward, 1 call)" in table
+    table = render_table(tricky, width=160).splitlines()
+    # the findings table: one row per cause, its where column the user's path:line; take and its backward's put_
+    # are one cause (one line, one rule)
+    row = next(line for line in table if f"examples/tricky.py:{take} " in line and line[:1].isdigit())
+    assert row.split()[1:4] == ["unsupported", f"examples/tricky.py:{take}", "aten::take,"]
+    entry = table.index(next(line for line in table if line.startswith("[") and f"tricky.py:{take} in" in line))
+    assert table[entry:entry + 3] == [
+        f"[2] examples/tricky.py:{take} in Tricky.forward: unsupported (predicted)",
+        "      picked = torch.take(feats, self.picks)",
+        "    ops: aten::take [float32,int64] (forward, 1 call); aten::put_ [float32,int64,float32] (backward, 1 "
+        "call)"]
+    copy = line_of(TRICKY, "return precise.float()")  # a row made at two lines is in both lines' findings
+    assert f"[4] examples/tricky.py:{copy} in Tricky.forward: unsupported_dtype (predicted)" in table
+    verbose = render_table(tricky, width=160, verbose=True)
+    assert f"tricky.py:{copy} (+1)" in verbose  # -v: every row, its first line and how many more
     page = render_html(tricky)
-    assert f"<li><code>examples/tricky.py:{take} in Tricky.forward</code>" in page
+    assert f"<code>examples/tricky.py:{take} in Tricky.forward</code>" in page
+    assert '<pre class="source"><code>picked = torch.take(feats, self.picks)</code></pre>' in page
     assert f"<td>tricky.py:{take}</td>" in page and "<th>where</th>" in page
 
 
 def test_issue_md_says_where_it_was_called_from_without_absolute_paths(tmp_path):
-    from opscan.repro.issue import called_from
+    from opscan.repro.cause_text import called_from
 
     here = os.getcwd()
     os.chdir(tmp_path)  # not the project: relative names come from the target's project, not the working folder
     try:
         assert opscan_main([f"{TRICKY}:build_model", "--no-probe", "--repro", "--no-memory", "-o", "out", "-q",
                             "-f", "json"]) == 0
+        # take is for PyTorch's missing-ops tracker, so --repro drafted no ISSUE.md: --draft writes it anyway
+        assert opscan_main(["repro", "out/report.json", "aten::take", "--draft"]) == 0
     finally:
         os.chdir(here)
     issue = (tmp_path / "out" / "repro" / "aten_take" / "ISSUE.md").read_text(encoding="utf-8")
     take = line_of(TRICKY, "picked = torch.take(feats, self.picks)")
     assert f"Called from (the scanned code's lines that made these calls):\n\n- `examples/tricky.py:{take}` in " \
-           "`Tricky.forward` (forward)\n" in issue
+           "`Tricky.forward`: `picked = torch.take(feats, self.picks)`\n" in issue
     assert str(REPO) not in issue
     # a file outside the project keeps its name only; a factory and a library's line are said as such
     report = {"ops": [{"where": [

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Callable
 
-from opscan.errors import TargetError
+from opscan.errors import OpscanError, TargetError
 
 if TYPE_CHECKING:
     from opscan.render.notebook import NotebookReport
@@ -35,8 +35,23 @@ def analyze(model: Any, example_inputs: Any, *, optimizer: Any = None, loss_fn: 
     Runs on deep copies: the caller's model, inputs, optimizer, loss_fn and train_step are left as they were
     (api/isolation.py; an IsolationError says when a hook reached past the copies). Raises TargetError or
     StepError (opscan.errors) with one line saying what to fix."""
-    from opscan.api.isolation import (Fingerprint, check_apart, check_unchanged, copies_of, kept_random_state,
-                                      optimizer_for)
+    from opscan.api.isolation import kept_random_state
+
+    # the random states are kept from here: the first analyze() of a process imports opscan's stages (and what they
+    # import may draw from Python's `random` or seed it), and those imports happen inside
+    with kept_random_state():
+        try:
+            return _analyzed(model, example_inputs, optimizer, loss_fn, train_step, inference,
+                             _options(model, inference, torch_version, macos, dtype, device, memory, fx), name)
+        except OpscanError as exc:  # in the API's words: no command-line flags in what a notebook shows
+            if exc.api is None:
+                raise
+            raise exc.for_api() from None
+
+
+def _analyzed(model, example_inputs, optimizer, loss_fn, train_step, inference: bool, options, name):
+    """analyze() inside its kept random state."""
+    from opscan.api.isolation import Fingerprint, check_apart, check_unchanged, copies_of, optimizer_for
     from opscan.knowledge import load_knowledge
     from opscan.render.notebook import NotebookReport
     from opscan.scan import prepare_loaded, scan
@@ -45,17 +60,15 @@ def analyze(model: Any, example_inputs: Any, *, optimizer: Any = None, loss_fn: 
     from opscan.target.user_code import project_folder
 
     _check(model, optimizer, loss_fn, train_step, inference)
-    options = _options(model, inference, torch_version, macos, dtype, device, memory, fx)
-    kb = load_knowledge(release=torch_version, macos=macos)  # an unknown release fails before anything runs
+    kb = load_knowledge(release=options.torch_version, macos=options.macos)  # an unknown release fails first
     ctx = RunContext()
     fingerprint = Fingerprint(model, optimizer, (loss_fn, getattr(train_step, "__self__", None)))
-    with kept_random_state():
-        copies = copies_of(model, example_inputs, optimizer, loss_fn, train_step)
-        check_apart(model, optimizer, copies)  # a copy that is not one: refused before the step touches anything
-        target = Target(spec=options.target, name=name or type(model).__name__, model=copies.model,
-                        inputs=copies.inputs, train_step=copies.train_step, loss_fn=copies.loss_fn,
-                        build_optimizer=optimizer_for(copies), project=project_folder(os.path.join(os.getcwd(), "_")))
-        report = scan(options, prepared=prepare_loaded(target, options, kb, ctx), ctx=ctx)
+    copies = copies_of(model, example_inputs, optimizer, loss_fn, train_step)
+    check_apart(model, optimizer, copies)  # a copy that is not one: refused before the step touches anything
+    target = Target(spec=options.target, name=name or type(model).__name__, model=copies.model,
+                    inputs=copies.inputs, train_step=copies.train_step, loss_fn=copies.loss_fn,
+                    build_optimizer=optimizer_for(copies), project=project_folder(os.path.join(os.getcwd(), "_")))
+    report = scan(options, prepared=prepare_loaded(target, options, kb, ctx), ctx=ctx)
     check_unchanged(fingerprint)
     return NotebookReport.of(report)
 

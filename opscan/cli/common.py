@@ -274,14 +274,27 @@ def quiet_torch_logs(ctx: RunContext, verbose: int) -> None:
     torch_log.setLevel(logging.CRITICAL + 1)
 
 
+MIN_WIDTH, PIPED_WIDTH = 40, 120
+
+
 def _width(stream) -> int:
+    """The table's width: COLUMNS when set (piped output and CI too), else the terminal's, else 120."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return max(MIN_WIDTH, int(columns))
     try:
-        return max(80, os.get_terminal_size(stream.fileno()).columns)
+        return max(MIN_WIDTH, os.get_terminal_size(stream.fileno()).columns)
     except (OSError, ValueError, AttributeError):
-        return 120
+        return PIPED_WIDTH
 
 
 def _isatty(stream) -> bool:
+    """Colour: never with NO_COLOR set (no-color.org), always with FORCE_COLOR set (piped output and CI too), else
+    on a terminal."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
     try:
         return bool(stream.isatty())
     except (OSError, ValueError, AttributeError):

@@ -1,9 +1,12 @@
-"""CLI: `opscan repro REPORT.json OP` — write one OpKey's repro scripts and ISSUE.md from a report's `repro` section.
+"""CLI: `opscan repro REPORT.json OP` — write one OpKey's repro scripts, and the ISSUE.md of its cause when that is
+worth an upstream report, from a report's `repro` section.
 
 Dispatched from cli.main when the first argument is `repro`. Reads report.json with json only (no scan,
-no trace); torch is imported only for --minimize. Writes `<DIR>/repro/<op>/repro_N.py` and `ISSUE.md`
+no trace); torch is imported only for --minimize. Writes `<DIR>/repro/<op>/repro_N.py` and the cause's `ISSUE.md`
 (DIR: -o, default the report's folder) and prints the paths written, one per line; with --minimize, first
-one line per minimised call with its boundary.
+one line per minimised call with its boundary. A cause opscan would not file (the user's own bug, a documented
+limitation, a custom op, a fixed or known issue, the missing-ops tracker: report/upstream.py) gets one stderr line
+saying where it belongs instead; `--draft` writes its ISSUE.md anyway, headed by that line.
 
 Exit codes: 0 written (with --minimize: every selected finding reproduced on --device and was minimised) · 1
 --minimize: some finding was not minimised — its failure did not reproduce on --device (one stdout line), or
@@ -46,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the scripts' default device, and where --minimize probes (default mps)")
     p.add_argument("-o", "--output-dir", metavar="DIR", help="where repro/ goes (default: the report's folder)")
     p.add_argument("--minimize", action="store_true", help="shrink the failing call's sizes to the boundary")
+    p.add_argument("--draft", action="store_true",
+                   help="write the ISSUE.md even when opscan would not file it (a known issue, the missing-ops "
+                        "tracker, a documented limitation...): e.g. to comment on the known issue")
     p.add_argument("--keep-paths", action="store_true",
                    help="keep absolute paths and user names in the files (default: file names relative to the "
                         "project, home folders as ~: they are meant for a public tracker)")
@@ -62,19 +68,34 @@ def _run(args: argparse.Namespace, ctx: RunContext) -> int:
         findings, lines, code = _minimized(findings, args.device, args.probe_timeout)
         emit(ctx, "".join(line + "\n" for line in lines))
     out_dir = Path(args.output_dir) if args.output_dir else Path(args.report).resolve().parent
-    written = write_under(ctx, out_dir, _rendered(args.report, report, op, findings, args.device, args.keep_paths))
+    files = _rendered(args.report, report, op, findings, args.device, args.keep_paths, args.draft)
+    if not args.draft:
+        _say_where_instead(report, findings)
+    written = write_under(ctx, out_dir, files)
     emit(ctx, "".join(f"{p}\n" for p in written))
     return code
 
 
+def _say_where_instead(report: dict, findings: list[dict]) -> None:
+    """One stderr line per cause of these findings that gets no ISSUE.md: where it belongs instead."""
+    from opscan.repro import not_reported, upstream_line
+
+    try:
+        causes = not_reported(report, {f["row"] for f in findings if isinstance(f.get("row"), int)})
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        return  # a malformed findings section: _rendered said so already
+    for op, upstream in causes:
+        print(f"opscan: {upstream_line(op, upstream)} (--draft writes it anyway)", file=sys.stderr)
+
+
 def _rendered(path: str, report: dict, op: str, findings: list[dict], device: str,
-              keep_paths: bool = False) -> dict[str, str]:
+              keep_paths: bool = False, draft: bool = False) -> dict[str, str]:
     """The op's files; a report whose repro section has the right shape but not the content a scan writes
     (edited, or from another opscan) fails here as data, not as a bug."""
     from opscan.repro import ReproError, render_op
 
     try:
-        return render_op(report, op, findings, device, keep_paths=keep_paths)
+        return render_op(report, op, findings, device, keep_paths=keep_paths, every_finding=draft)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         raise ReproError(f"{path!r}: the repro section of {op} is malformed ({type(exc).__name__}: {exc}) — pass a "
                          "report.json a scan with --repro wrote, unedited (if it is one, please report this)") from None

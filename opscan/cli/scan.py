@@ -35,7 +35,7 @@ def _run(args: argparse.Namespace, ctx: RunContext) -> int:
     from opscan.trace import collector
 
     with collector.spared():  # the report's objects outlive the writing too (trace/collector.py)
-        report = _scan(args, ctx)
+        report = _scan_shown(args, ctx)
         out_dir = output_folder(ctx, args, report.model_name)
         write_reports(ctx, report, out_dir, keep_paths=args.keep_paths)
         emit(ctx, render(ctx, report, args, baseline), commands=args.format == "github")
@@ -49,6 +49,27 @@ def _baseline(path: str | None):
 
     check_report_rows(path, "the baseline")
     return load_baseline(path)
+
+
+def _scan_shown(args, ctx: RunContext):
+    """The scan, its stages shown on a terminal (cli/progress.py), then the --fake hint a long real-tensor step
+    earns."""
+    import sys
+
+    from opscan.cli.progress import display_for, fake_advice
+
+    display = display_for(sys.stderr, args.quiet)
+    ctx.on_progress = display
+    try:
+        report = _scan(args, ctx)
+    finally:
+        ctx.on_progress = None
+        if display is not None:
+            display.close()
+    advice = fake_advice(ctx.timings, int(report.trace.get("calls") or 0), bool(report.trace.get("fake")))
+    if advice:
+        log.info("hint: %s", advice)
+    return report
 
 
 def _scan(args, ctx: RunContext):

@@ -110,8 +110,9 @@ def _probe_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=count(1), metavar="N",
                    help="probe processes per pass, 1 or more (default min(4, cores))")
     p.add_argument("--repro", action="store_true",
-                   help="write a standalone repro script per finding call and an ISSUE.md per failing op into "
-                        "<report folder>/repro/ (`opscan repro REPORT OP` makes them later)")
+                   help="write a standalone repro script per finding call, and an ISSUE.md per finding worth "
+                        "reporting to PyTorch, into <report folder>/repro/ (`opscan repro REPORT OP` makes them "
+                        "later)")
     p.add_argument("--keep-paths", action="store_true",
                    help="keep absolute paths and user names in the repro files (default: file names relative to "
                         "the project, home folders as ~: they are meant for a public tracker)")

@@ -1,6 +1,6 @@
 """Memory stage: the report's `memory` section, its one console line and its lane effect (pure).
 
-The section is plain data (report.json `memory`, schema in opscan/schema/report-v3.json); the console
+The section is plain data (report.json `memory`, schema in opscan/schema/report-v4.json); the console
 and the HTML page read it, never recompute it.
 """
 

@@ -154,7 +154,12 @@ def check_device(device: str) -> None:
     import torch
 
     if device == "cuda" and not torch.cuda.is_available():
-        raise ProbeEnvironmentError("--device cuda, but CUDA is not available here — use --device cpu, or --no-probe")
+        raise ProbeEnvironmentError("--device cuda, but CUDA is not available here — use --device cpu, or --no-probe",
+                                    api='device="cuda", but CUDA is not available here — use device="cpu", or leave '
+                                        "device out to predict only")
     if device == "mps" and not torch.backends.mps.is_available():
         raise ProbeEnvironmentError("MPS is not available here (measured mode needs a Mac) — pass --device cpu or "
-                                    "cuda to measure this machine instead (it never stands in for MPS), or --no-probe")
+                                    "cuda to measure this machine instead (it never stands in for MPS), or --no-probe",
+                                    api='MPS is not available here (measuring needs a Mac) — pass device="cpu" or '
+                                        '"cuda" to measure this machine instead (it never stands in for MPS), or '
+                                        "leave device out to predict only")

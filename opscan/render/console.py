@@ -1,10 +1,13 @@
 """Render stage: the human table (the only module that imports rich).
 
 Layout: a header naming what was predicted for, one summary line per verdict (unknown always shown),
-how the calls were decided, the rows grouped by module (non-native only unless verbose; the user's line that made
-them, when known), a numbered "why, and what to do" entry per finding (where in the user's code, evidence, source,
-CPU-side op, remedy), with `tree=True` the module tree coloured by each module's worst verdict, the CPU<->MPS bytes
-per step with the costliest calls, the memory estimate, and the lane with the rows that decided it.
+how the calls were decided, with `verbose` every row (its module, the user's line, the rule), the findings — one per
+cause, a line of the user's code and a rule (report/findings.py) — as a table whose `path:line` moves to a sub-line
+of its own when the width is narrow, and a numbered "why, and what to do" entry per finding (the user's line and its
+source text, the ops and calls made there, evidence, source, CPU-side op, the fix, where it belongs upstream), with
+`tree=True` the module tree coloured by each module's worst verdict, the CPU<->MPS bytes per step with the
+costliest calls, the memory estimate, and the lane with the rows that decided it. The tables' and entries' text is
+laid out in render/console_layout.py (no rich); this module colours and prints it.
 """
 
 from __future__ import annotations
@@ -13,19 +16,18 @@ import io
 
 from rich.console import Console
 from rich.markup import escape as markup_escape
-from rich.table import Table
 from rich.tree import Tree
 
 from opscan.opkey import signature_text
+from opscan.render.console_layout import finding_entry, findings_table, rows_table
 from opscan.render.device_code import device_code_lines
 from opscan.report import Report, Row
-from opscan.report.where import place_text, short_places
+from opscan.report.where import at_text
 from opscan.trust.text import inert_commands, printable
 from opscan.units import human_bytes as _bytes
 from opscan.verdict import Verdict
 
-WHERE_LINES = 3  # places of the user's code shown under a finding
-PHASE_SHORT = {"forward": "fwd", "loss": "loss", "backward": "bwd", "optimizer": "opt"}
+LANE_STYLE = {"mac-first": "bold green", "dual-track": "bold yellow", "linux-gpu-first": "bold red"}
 STYLE = {
     Verdict.NATIVE: "green", Verdict.UNKNOWN: "yellow", Verdict.CPU_FALLBACK: "dark_orange",
     Verdict.UNSUPPORTED: "red", Verdict.UNSUPPORTED_DTYPE: "red", Verdict.MISMATCH: "magenta",
@@ -54,22 +56,21 @@ def render_table(report: Report, *, verbose: bool = False, tree: bool = False, w
                       force_terminal=color, highlight=False, soft_wrap=False)
     console.print(_header(report))
     console.print(_summary(report))
-    decided = _decided(report)
-    if decided:
-        console.print(decided)
-    measured = _measurement(report)
-    if measured:
-        console.print(measured)
-    rows = _ordered(report.rows if verbose else tuple(r for r in report.rows if _finds(r)))
-    if rows:
-        console.print(_rows_table(rows, with_rule=verbose))
-    elif report.rows:
-        console.print(f"All {len(report.rows)} rows are native (-v lists them).")
-    findings = [(i, r) for i, r in enumerate(rows, 1) if _finds(r)]
+    for section in (_decided, _measurement):
+        text = section(report)
+        if text:
+            console.print(text)
+    if verbose and report.rows:
+        console.print(_markup(_rows(report, width)), overflow="fold")
+    findings = report.findings
     if findings:
+        console.print(_findings_line(report), overflow="fold")
+        console.print(_markup(findings_table(findings, width)), overflow="fold")
         console.print("\nWhy, and what to do:")
-        for number, row in findings:
-            console.print(_finding(number, row), overflow="fold")
+        for number, finding in enumerate(findings, 1):
+            console.print(_markup(finding_entry(number, finding, report.rows)), overflow="fold")
+    elif report.rows:
+        console.print(f"All {len(report.rows)} rows are native" + ("." if verbose else " (-v lists them)."))
     if tree:
         console.print(_module_tree(report))
     for section in (_transfers, _memory, _upgrade, _device_code):
@@ -79,6 +80,31 @@ def render_table(report: Report, *, verbose: bool = False, tree: bool = False, w
     console.print(_lane(report))
     console.print(_next(report), overflow="fold")
     return inert_commands(buf.getvalue())  # a cell folded at `::` starts no workflow command
+
+
+def _markup(lines) -> str:
+    """Segments (render/console_layout.py) as rich markup: every text escaped, a verdict's colour where asked."""
+    return "\n".join("".join(escape(text) if style is None else f"[{STYLE[Verdict(style)]}]{escape(text)}[/]"
+                              for text, style in line) for line in lines)
+
+
+def _findings_line(report: Report) -> str:
+    findings, rows = report.findings, [r for r in report.rows if r.verdict.rank > 0]
+    return (f"Findings: {len(findings)} cause{'s' * (len(findings) != 1)} (a line of your code and a rule; "
+            f"{len(rows)} of {len(report.rows)} ops, {sum(r.calls for r in rows)} calls), most severe first")
+
+
+def _rows(report: Report, width: int):
+    """-v: every row, the disagreeing ones first, then by module and worst verdict."""
+    rows = _ordered(report.rows)
+    # measured on MPS: the verdict column is measured and the prediction sits beside it; on cpu/cuda the reverse
+    measured = None
+    if any(r.measured for r in rows):
+        measured = "predicted" if any(r.predicted for r in rows) else "measured"
+    rules = [r.evidence.rule + (f" (CPU trace: {r.cpu_op.display})" if r.cpu_op else "") for r in rows]
+    places = [at_text(r.where[0]) + (f" (+{len(r.where) - 1})" if len(r.where) > 1 else "") if r.where else ""
+              for r in rows]
+    return rows_table(rows, width, measured, [_modules(r) for r in rows], places, rules)
 
 
 def _header(report: Report) -> str:
@@ -120,10 +146,6 @@ def _decided(report: Report) -> str:
             f"{by.get('rule', 0)} · left unknown {by.get('unknown', 0)}")
 
 
-def _finds(row: Row) -> bool:
-    return row.verdict != Verdict.NATIVE or row.disagrees
-
-
 def _measurement(report: Report) -> str:
     """Measured mode: where the probes ran and what they found (cpu/cuda never stand in for MPS)."""
     m = report.measurement
@@ -136,80 +158,28 @@ def _measurement(report: Report) -> str:
     n = len(m.get("disagreements", []))
     differ = (f"{n} disagree with the prediction" if m.get("stands_for_mps") else
               f"{n} differ from the MPS prediction, as {m['device']} is not MPS")
-    return escape(f"Measured on {where}: {m['probes']} probes for {m['calls']} calls · {outcomes} · "
-                  f"{differ}{' (listed first)' if n else ''} · shapes {cap}")
+    lines = [f"Measured on {where}: {m['probes']} probes for {m['calls']} calls · {outcomes} · "
+             f"{differ} · shapes {cap}{' — they differ here:' if n else ''}"]
+    lines += [f"  ≠ {_differs(row)}" for row in report.rows if row.disagrees]
+    return escaped_lines(lines)
+
+
+def _differs(row: Row) -> str:
+    """A row whose measurement differs from its prediction: where, both verdicts, and what the measurement saw."""
+    predicted = row.predicted["verdict"] if row.predicted else row.verdict.value
+    place = f" at {at_text(row.where[0])}" if row.where and row.where[0].get("file") else ""
+    return (f"{row.op.display} [{signature_text(row.dtypes)}]{place}: predicted {predicted}, measured "
+            f"{row.measured['verdict']} on {row.measured['device']} — {row.measured.get('text', '')}")
 
 
 def _ordered(rows) -> tuple[Row, ...]:
     return tuple(sorted(rows, key=lambda r: (not r.disagrees, r.modules[0] if r.modules else "", -r.verdict.rank)))
 
 
-def _rows_table(rows: tuple[Row, ...], with_rule: bool) -> Table:
-    table = Table(show_lines=False, expand=False, box=None, pad_edge=False, header_style="bold")
-    op_width = min(40, max(len(r.op.display) for r in rows))
-    # measured on MPS: the verdict column is measured and the prediction sits beside it; on cpu/cuda the reverse
-    if any(r.measured for r in rows):
-        measured = ("predicted",) if any(r.predicted for r in rows) else ("measured",)
-    else:
-        measured = ()
-    rule = ("rule",) if with_rule else ()
-    at = ("where",) if any(r.where for r in rows) else ()  # the user's line (report/where.py), when known
-    columns = ("#", "module", "op", "dtypes", "verdict", *measured, "calls", "phases", *at, *rule)
-    for column in columns:
-        # a verdict or a count split over two lines is misread; op names keep their width up to 40;
-        # the other columns fold when narrow
-        table.add_column(column, overflow="fold", no_wrap=column in ("#", "verdict", "calls", "phases"),
-                         min_width=op_width if column == "op" else None)
-    for number, row in enumerate(rows, 1):
-        table.add_row(
-            str(number), escape(_modules(row)), escape(row.op.display),
-            escape(signature_text(row.dtypes)),
-            f"[{STYLE[row.verdict]}]{row.verdict.value}[/]",
-            *((_measured_cell(row),) if measured else ()), str(row.calls),
-            ",".join(PHASE_SHORT.get(p, p) for p in row.phases),
-            *((escape(short_places(row.where)),) if at else ()),
-            *((escape(row.evidence.rule + (f" (CPU trace: {row.cpu_op.display})" if row.cpu_op else "")),)
-              if with_rule else ()),
-        )
-    return table
-
-
-def _measured_cell(row: Row) -> str:
-    if not row.measured:
-        return "-"
-    mark = " ≠" if row.disagrees else ""
-    return f"{row.predicted['verdict'] if row.predicted else row.measured['verdict']}{mark}"
-
-
 def _modules(row: Row) -> str:
     first = row.modules[0] if row.modules else ""
     first = first or "(model)"
     return first if len(row.modules) <= 1 else f"{first} (+{len(row.modules) - 1})"
-
-
-def _finding(number: int, row: Row) -> str:
-    lines = [f"[{number}] {escape(row.op.display)} ({escape(signature_text(row.dtypes))}): "
-             f"[{STYLE[row.verdict]}]{row.verdict.value}[/] ({row.source.value})"]
-    lines += [f"    {'where:' if i == 0 else '      '} {escape(place_text(place))} ({_phases_of(place)})"
-              for i, place in enumerate(row.where[:WHERE_LINES])]
-    if len(row.where) > WHERE_LINES:
-        lines.append(f"           … and {len(row.where) - WHERE_LINES} more places (see report.json)")
-    lines.append(f"    why: {escape(row.evidence.text)}")
-    lines.append(f"    rule: {escape(row.evidence.rule)} · source: {escape(row.evidence.source)}")
-    if row.predicted:
-        lines.append(f"    predicted: {row.predicted['verdict']} ({escape(row.predicted['evidence']['rule'])})")
-    elif row.measured:
-        lines.append(f"    measured on {escape(row.measured['device'])} (not MPS): {row.measured['verdict']} — "
-                     f"{escape(row.measured['text'])}")
-    if row.cpu_op is not None:
-        lines.append(f"    CPU trace shows: {escape(row.cpu_op.display)}")
-    if row.remedy:
-        lines.append(f"    fix: {escape(row.remedy)}")
-    return "\n".join(lines)
-
-
-def _phases_of(place: dict) -> str:
-    return ", ".join(place["phases"]) + f", {place['calls']} call{'s' * (place['calls'] != 1)}"
 
 
 def _module_tree(report: Report) -> Tree:
@@ -291,7 +261,8 @@ def _device_code(report: Report) -> str:
 
 
 def _lane(report: Report) -> str:
-    lines = [f"Lane ({report.mode}): {report.lane.name}"]
+    colour = LANE_STYLE.get(report.lane.name, "bold")
+    lines = [f"Lane ({report.mode}): [{colour}]{escape(report.lane.name)}[/]"]
     reasons = report.lane.reasons
     lines += [f"  - {escape(r.split(': ', 1)[0])}" for r in reasons[:10]]
     if len(reasons) > 10:
@@ -306,6 +277,9 @@ def _next(report: Report) -> str:
         lines.append("Next: these verdicts are predicted. On a Mac, `opscan TARGET` measures every call and `opscan "
                      "accept TARGET` runs the real step against the CPU; `opscan bundle TARGET` packs the probes for "
                      "a Mac you reach over SSH.")
-    if any(_finds(r) for r in report.rows) and report.repro is None:
-        lines.append("`--repro` writes a standalone script and an ISSUE.md for each finding.")
+    worth = sum(1 for f in report.findings if f.upstream.issue)
+    if report.findings and report.repro is None:
+        lines.append(f"`--repro` writes a standalone script per call and an ISSUE.md for each of the {worth} findings "
+                     "worth reporting to PyTorch." if worth else "`--repro` writes a standalone script per call; no "
+                     "finding here is for a new PyTorch issue (each one's upstream line says where it belongs).")
     return escaped_lines(lines)

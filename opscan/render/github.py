@@ -1,22 +1,23 @@
-"""Render stage: the report as GitHub Actions workflow commands, one annotation per finding row.
+"""Render stage: the report as GitHub Actions workflow commands, one annotation per finding (one per cause: a line of
+the user's code and a rule, report/findings.py).
 
-`::error file=examples/tricky.py,line=56,title=…::message`, `::warning …`, `::notice …`: the level is the
-finding's SARIF level (render/sarif.py: error, warning, note -> notice), the place the first line of the user's
-code that made the row's calls (its `where`; a row no line of the user's code made is annotated without a file),
-most severe first (ties in step order). GitHub shows at most 10 error, 10 warning and 10 notice annotations per
-step (`PER_LEVEL`): no more are written, and when any finding is left out a last notice counts them by level and
-points at the full report. Data is escaped as the Actions toolkit does (`%`, CR, LF as %25, %0D, %0A), properties
-also their `:` and `,` (%3A, %2C), control characters visible (opscan/trust/text.py github_data, github_property),
-so a message or file name cannot end the command early or forge another.
+`::error file=examples/tricky.py,line=56,title=…::message`, `::warning …`, `::notice …`: the level is the finding's
+SARIF level (render/sarif.py: error, warning, note -> notice), the place its line (a finding no line of the user's
+code caused, or made in a notebook's cell, is annotated without a file), the message render/sarif.py's (the ops made
+there, why, the fix, upstream), most severe first (ties in step order). GitHub shows at most 10 error, 10 warning
+and 10 notice annotations per step (`PER_LEVEL`): no more are written, and when any finding is left out a last
+notice counts them by level and points at the full report. Data is escaped as the Actions toolkit does (`%`, CR, LF
+as %25, %0D, %0A), properties also their `:` and `,` (%3A, %2C), control characters visible (opscan/trust/text.py
+github_data, github_property), so a message or file name cannot end the command early or forge another.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from opscan.opkey import signature_text
-from opscan.render.sarif import level_of, message
-from opscan.report import Report, Row
+from opscan.render.sarif import level_of, located, message
+from opscan.report import Report
+from opscan.report.findings import Finding
 from opscan.trust.text import github_data, github_property
 
 PER_LEVEL = 10  # annotations of one level GitHub shows per step
@@ -35,16 +36,16 @@ def render_github(report: Report, **_) -> str:
     if not findings:
         text = f"no findings: every op of the step is native on MPS (lane {report.lane.name})"
         return workflow_command("notice", text, title="opscan") + "\n"
-    levels = [COMMANDS[level_of(r.verdict)] for r in findings]
+    levels = [COMMANDS[level_of(f.verdict)] for f in findings]
     total = Counter(levels)
     left = sum(max(0, n - PER_LEVEL) for n in total.values())
     room = {level: PER_LEVEL - (level == "notice" and left > 0) for level in COMMANDS.values()}
     shown: Counter = Counter()
     lines = []
-    for row, level in zip(findings, levels):
+    for finding, level in zip(findings, levels):
         if shown[level] < room[level]:
             shown[level] += 1
-            lines.append(_annotation(row, level, report))
+            lines.append(_annotation(finding, level, report))
     skipped = total - shown
     if skipped:
         counts = ", ".join(f"{n} {level}{'s' * (n != 1)}" for level, n in skipped.items())
@@ -54,11 +55,10 @@ def render_github(report: Report, **_) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _annotation(row: Row, level: str, report: Report) -> str:
-    place = next((p for p in row.where if p.get("file")), None)
-    others = [f"{p['file']}:{p['line']}" for p in row.where if p.get("file") and p is not place]
-    text = message(row, report) + (f" Also called from {', '.join(others)}." if others else "")
-    title = f"opscan: {row.op.display} [{signature_text(row.dtypes)}] {row.verdict.value} on MPS"
-    if place is None:
-        return workflow_command(level, text, title=title)
-    return workflow_command(level, text, file=place["file"], line=place["line"], title=title)
+def _annotation(finding: Finding, level: str, report: Report) -> str:
+    ops = finding.ops
+    title = f"opscan: {finding.verdict.value} on MPS: {ops[0]}" + (f" (+{len(ops) - 1} ops)" if len(ops) > 1 else "")
+    if not located(finding.site):
+        return workflow_command(level, message(finding, report), title=title)
+    return workflow_command(level, message(finding, report), file=finding.site["file"], line=finding.site["line"],
+                            title=title)

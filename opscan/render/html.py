@@ -1,11 +1,12 @@
 """Render stage: the self-contained HTML report (one file: inline CSS, inline SVG, two tiny inline scripts).
 
-Sections: the verdict summary and the lane with its reasons; each finding with where in the user's code its calls
-were made (report/where.py), its evidence, remedy and
-upgrade advice and a drawing of its neighbourhood in its module context (render/svg.py; never the whole
-graph); host<->device transfers (totals, per phase, the ranking, fallback regions and what moving each to
-the CPU explicitly saves); the module tree coloured by worst verdict; the op table; memory (when the report
-has it); the environment record. Nothing is fetched when the page is viewed.
+Sections: the verdict summary and the lane with its reasons; each finding — one per cause, a line of the user's code
+and a rule (report/findings.py) — with that line and its source text, the ops made there (linked to their rows in
+the op table), its evidence, fix, upgrade advice and where it belongs upstream, and a drawing of each of its ops'
+neighbourhoods in its module context (render/svg.py; never the whole graph); host<->device transfers (totals, per
+phase, the ranking, fallback regions and what moving each to the CPU explicitly saves); the module tree coloured by
+worst verdict; the op table; memory (when the report has it); the environment record. Nothing is fetched when the
+page is viewed.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import json
 from opscan.trust.text import html_text as escape
 
 from opscan.opkey import signature_text
-from opscan.report import Report, Row
+from opscan.report import Report
+from opscan.report.findings import Finding
 from opscan.report.where import place_text, short_places
 from opscan.render.html_assets import ERROR_HOOK, PAGE_SCRIPT, STYLE
 from opscan.render.html_memory import memory_html
@@ -69,47 +71,59 @@ def _summary(report: Report) -> str:
 
 def _findings(report: Report) -> str:
     shown = {nb["row"]: nb for nb in (report.graph or {}).get("neighbourhoods", [])}
-    rows = sorted((i for i, r in enumerate(report.rows) if r.verdict != Verdict.NATIVE),
-                  key=lambda i: -report.rows[i].verdict.rank)
-    if not rows:
+    findings = report.findings
+    if not findings:
         return f'<section id="findings"><h2>Findings</h2><p>All {len(report.rows)} rows are native.</p></section>'
     order = {path: i for i, (path, _) in enumerate(report.modules)}
     types = dict(report.modules)
-    cards = [_finding(n, i, report.rows[i], shown.get(i), order, types, report.transfers)
-             for n, i in enumerate(rows, 1)]
-    return '<section id="findings"><h2>Findings</h2>' + "".join(cards) + "</section>"
+    cards = [_finding(n, f, report.rows, [shown[p.row] for p in f.parts if p.row in shown], order, types,
+                      report.transfers) for n, f in enumerate(findings, 1)]
+    return (f'<section id="findings"><h2>Findings</h2><p class="small">One per cause: a line of your code and the '
+            f"rule that judged its calls ({len(findings)} causes, "
+            f"{len({p.row for f in findings for p in f.parts})} of {len(report.rows)} rows).</p>"
+            + "".join(cards) + "</section>")
 
 
-def _finding(number: int, index: int, row: Row, nb, order, types, transfers) -> str:
-    lines = [f"<h3>[{number}] {escape(row.op.display)} <code>{escape(signature_text(row.dtypes))}</code> — "
-             f"{_v(row.verdict.value)} <span class=\"small\">({escape(row.source.value)})</span></h3>",
-             f"<p>{escape(row.evidence.text)}</p>",
-             f'<p class="small">rule {escape(row.evidence.rule)} · source: {escape(row.evidence.source)} · '
-             f"modules: {escape(', '.join(m or '(model)' for m in row.modules[:5]))} · {row.calls} calls</p>"]
-    if row.cpu_op is not None:
-        lines.append(f'<p class="small">CPU trace shows {escape(row.cpu_op.display)}</p>')
-    if row.where:
-        lines.append(_where(row.where))
-    if row.remedy:
-        lines.append(f"<p><b>Fix:</b> {escape(row.remedy)}</p>")
-    if row.since:
-        lines.append(f"<p><b>Upgrade:</b> native from torch {escape(row.since)}</p>")
-    moved = [r for r in (transfers or {}).get("ranking", []) if r["row"] == index]
+def _finding(number: int, finding: Finding, rows, drawn: list, order, types, transfers) -> str:
+    first = rows[finding.parts[0].row]
+    lines = [f"<h3>[{number}] {_site_html(finding.site)} — {_v(finding.verdict.value)} "
+             f'<span class="small">({escape(finding.source.value)})</span></h3>']
+    if (finding.site or {}).get("text"):
+        lines.append(f'<pre class="source"><code>{escape(finding.site["text"])}</code></pre>')
+    parts = "".join(f'<li><a href="#op-{p.row}">{escape(p.op.display)}</a> <code>{escape(signature_text(p.dtypes))}'
+                    f"</code> {_v(p.verdict.value)} <span class=\"small\">({escape(', '.join(p.phases))}, "
+                    f"{p.calls} call{'s' * (p.calls != 1)})</span></li>" for p in finding.parts)
+    lines += [f"<ul class=\"parts\">{parts}</ul>", f"<p>{escape(finding.why)}</p>",
+              f'<p class="small">rule {escape(finding.rule)} · source: {escape(finding.evidence_source)} · '
+              f"modules: {escape(', '.join(m or '(model)' for m in finding.modules[:5]))} · {finding.calls} calls</p>"]
+    if first.cpu_op is not None:
+        lines.append(f'<p class="small">CPU trace shows {escape(first.cpu_op.display)}</p>')
+    if finding.fix:
+        lines.append(f"<p><b>Fix:</b> {escape(finding.fix)}</p>")
+    if finding.since:
+        lines.append(f"<p><b>Upgrade:</b> native from torch {escape(finding.since)}</p>")
+    # the links as text: the page links only within itself (nothing it refers to is fetched when it is viewed)
+    lines.append(f"<p><b>Upstream:</b> {escape(finding.upstream.text)}"
+                 + "".join(f" <code>{escape(url)}</code>" for url in finding.upstream.links) + "</p>")
+    indices = {p.row for p in finding.parts}
+    moved = [r for r in (transfers or {}).get("ranking", []) if r["row"] in indices]
     if moved:
         b, s = sum(r["bytes"] for r in moved), sum(r["syncs"] for r in moved)
         lines.append(f"<p><b>Per step:</b> {human_bytes(b)} copied between host and device, {s} syncs</p>")
-    if nb is not None:
-        lines.append(f'<div class="graph-box">{neighbourhood_svg(nb, order, types)}</div>')
-    return f'<article class="card finding" id="finding-{index}" data-row="{index}">{"".join(lines)}</article>'
+    lines += [f'<div class="graph-box">{neighbourhood_svg(nb, order, types)}</div>' for nb in drawn]
+    return (f'<article class="card finding" id="finding-{finding.parts[0].row}" data-row="{finding.parts[0].row}">'
+            f'{"".join(lines)}</article>')
 
 
-def _where(places) -> str:
-    """The user's lines that made the row's calls (report/where.py), one list item each."""
-    items = "".join(f"<li><code>{escape(place_text(p, via=False))}</code>"
-                    + (f' <span class="small">via <code>{escape(_via(p["via"]))}</code></span>' if p["via"] else "")
-                    + f' <span class="small">({escape(", ".join(p["phases"]))}, {p["calls"]} calls)</span></li>'
-                    for p in places)
-    return f'<div class="where"><b>Where in your code:</b><ul>{items}</ul></div>'
+def _site_html(site: dict | None) -> str:
+    """The finding's line: `path:line in function` (via the library's line), or that none is known."""
+    if not site or not (site.get("file") or site.get("via")):
+        return "no line of your code is known"
+    if not site.get("file"):
+        return f'no line of your code; via <code>{escape(_via(site["via"]))}</code>'
+    text = f"<code>{escape(place_text(site, via=False))}</code>"
+    return text + (f' <span class="small">via <code>{escape(_via(site["via"]))}</code></span>' if site.get("via")
+                   else "")
 
 
 def _via(via: dict) -> str:
@@ -208,13 +222,13 @@ def _prefixes(module: str):
 def _ops(report: Report, filter_box: bool = True) -> str:
     rows = sorted(enumerate(report.rows), key=lambda ir: (-ir[1].verdict.rank, ir[0]))
     body = "".join(
-        f"<tr><td>{escape(r.op.display)}</td><td><code>{escape(signature_text(r.dtypes))}</code></td>"
+        f"<tr id=\"op-{i}\"><td>{escape(r.op.display)}</td><td><code>{escape(signature_text(r.dtypes))}</code></td>"
         f"<td>{_v(r.verdict.value)}</td><td class=\"num\">{r.calls}</td><td>{escape(','.join(r.phases))}</td>"
         f"<td>{escape(', '.join(m or '(model)' for m in r.modules[:3]))}{' …' if len(r.modules) > 3 else ''}</td>"
         f"<td>{escape(short_places(r.where))}</td>"
         f"<td>{escape(r.evidence.text)}<br><span class=\"small\">{escape(r.evidence.rule)} · "
         f"{escape(r.evidence.source)}</span></td><td>{escape(r.remedy or '')}</td>"
-        f"<td>{escape(r.since or '')}</td></tr>" for _, r in rows)
+        f"<td>{escape(r.since or '')}</td></tr>" for i, r in rows)
     box = '<input id="op-filter" type="search" placeholder="filter rows" aria-label="filter rows">' * filter_box
     return (f'<section id="ops"><h2>Operators ({len(report.rows)} rows)</h2>{box}'
             f"<table><thead><tr><th>op</th><th>dtypes</th><th>verdict</th><th>calls</th><th>phases</th>"

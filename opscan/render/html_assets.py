@@ -95,5 +95,7 @@ ul.tree { list-style: none; padding-left: 16px; margin: 2px 0; } ul.tree li { ma
 .bar span { position: absolute; left: 0; top: 0; bottom: 0; background: var(--cpu_fallback); border-radius: 3px; }
 input#op-filter { padding: 4px 8px; width: 260px; margin-bottom: 6px; }
 .small { font-size: 12px; color: #56606b; } code { font-size: 12px; }
+pre.source { background: #f4f6f8; border-left: 3px solid #c9d1d9; padding: 4px 8px; margin: 4px 0; overflow-x: auto; }
+ul.parts { margin: 4px 0; }
 #opscan-errors:empty { display: none; }
 """

@@ -49,7 +49,7 @@ def notebook_html(report: Report) -> str:
             "</details></section></div>")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class NotebookReport(Report):
     """A Report that renders itself in Jupyter (`_repr_html_`) and as the HTML page (`to_html`); the same data,
     field for field (`NotebookReport.of(report)` wraps one)."""

@@ -1,14 +1,16 @@
 """Render stage: the report as SARIF 2.1.0 for code scanning (GitHub's, and any SARIF viewer).
 
 One run; `tool.driver.rules` holds each evidence rule id the findings cite (its verdict and source), and every
-finding row (a verdict above native, most severe first) is one result: `ruleId` its evidence rule, `level` from
-its verdict's severity (`LEVELS`: crash, timeout, error, mismatch, unsupported and unsupported_dtype are errors,
-cpu_fallback a warning, unknown a note), the message saying what happens on MPS and what to do, and `locations`
-the lines of the user's code that made its calls (the row's `where`, report/where.py): `physicalLocation` with the
-file relative to the project folder (`uriBaseId` PROJECTROOT) and `region.startLine`. A row whose calls no line of
-the user's code made (a module target such as `torchvision.models:resnet18`) has no location; the library's own
-line (`via`) is said in the message. `partialFingerprints` keys a result by its row (op and dtype signature), so a
-rerun matches it. Validated against the OASIS SARIF 2.1.0 schema in tests/test_ci_formats.py.
+finding — one per cause, a line of the user's code and a rule (report/findings.py), most severe first — is one
+result: `ruleId` its rule, `level` from its verdict's severity (`LEVELS`: crash, timeout, error, mismatch,
+unsupported and unsupported_dtype are errors, cpu_fallback a warning, unknown a note), the message saying which ops
+its line makes and what happens to them on MPS, what to do and where it belongs upstream, and `locations` its line:
+`physicalLocation` with the file relative to the project folder (`uriBaseId` PROJECTROOT), `region.startLine` and
+the line's text as `region.snippet`. A finding no line of the user's code caused (a module target such as
+`torchvision.models:resnet18`), or made in a notebook's cell, has no location; the library's own line (`via`) is
+said in the message. `partialFingerprints` keys a result by its file, function, the line's text and rule (not the
+line's number), so a rerun matches it after lines above it moved. Validated against the OASIS SARIF 2.1.0 schema in
+tests/test_ci_formats.py.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import quote
 
-from opscan.opkey import signature_text
-from opscan.report import Report, Row
+from opscan.report import Report
+from opscan.report.findings import Finding
 from opscan.trust.text import sarif_text, strict_json
 from opscan.verdict import Verdict
 
@@ -37,13 +39,13 @@ def level_of(verdict: Verdict) -> str:
 def render_sarif(report: Report, **_) -> str:
     """The report as one SARIF 2.1.0 log (JSON text)."""
     findings = report.findings
-    rules = list(dict.fromkeys(r.evidence.rule for r in findings))
-    described = [_rule(rule, [r for r in findings if r.evidence.rule == rule]) for rule in rules]
+    rules = list(dict.fromkeys(f.rule for f in findings))
+    described = [_rule(rule, [f for f in findings if f.rule == rule]) for rule in rules]
     run = {
         "tool": {"driver": {"name": "opscan", "version": report.opscan_version,
                             "informationUri": "https://github.com/opscan/opscan", "rules": described}},
         "originalUriBaseIds": {BASE_ID: {"description": {"text": PROJECT_TEXT}}},
-        "results": [_result(row, rules.index(row.evidence.rule), report) for row in findings],
+        "results": [_result(f, rules.index(f.rule), report) for f in findings],
         "properties": {"model": report.model, "mode": report.mode, "lane": report.lane.name,
                        "torch_release": report.assumptions.get("torch_release"),
                        "macos": report.assumptions.get("macos"), "kb_version": report.kb_version},
@@ -51,53 +53,63 @@ def render_sarif(report: Report, **_) -> str:
     return strict_json({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2) + "\n"
 
 
-def _rule(rule: str, rows: list[Row]) -> dict[str, Any]:
-    worst = max(rows, key=lambda r: r.verdict.rank)
-    verdicts = list(dict.fromkeys(r.verdict.value for r in rows))
+def _rule(rule: str, findings: list[Finding]) -> dict[str, Any]:
+    worst = max(findings, key=lambda f: f.verdict.rank)
+    verdicts = list(dict.fromkeys(f.verdict.value for f in findings))
     return {"id": rule, "name": rule,
             "shortDescription": {"text": sarif_text(f"opscan rule {rule}: {', '.join(verdicts)} on MPS")},
-            "fullDescription": {"text": sarif_text(f"Source: {worst.evidence.source}")},
+            "fullDescription": {"text": sarif_text(f"Source: {worst.evidence_source}")},
             "defaultConfiguration": {"level": level_of(worst.verdict)},
             "properties": {"tags": ["mps", *verdicts]}}
 
 
-def _result(row: Row, index: int, report: Report) -> dict[str, Any]:
-    located = [p for p in row.where if p.get("file")]
+def _result(finding: Finding, index: int, report: Report) -> dict[str, Any]:
     result: dict[str, Any] = {
-        "ruleId": row.evidence.rule, "ruleIndex": index, "level": level_of(row.verdict),
-        "message": {"text": sarif_text(message(row, report))},
-        "partialFingerprints": {"opscanRow/v1": f"{row.op.display}|{','.join(row.dtypes)}"},
-        "properties": {"verdict": row.verdict.value, "source": row.source.value, "op": row.op.display,
-                       "dtypes": list(row.dtypes), "phases": list(row.phases), "modules": list(row.modules),
-                       "calls": row.calls},
+        "ruleId": finding.rule, "ruleIndex": index, "level": level_of(finding.verdict),
+        "message": {"text": sarif_text(message(finding, report))},
+        "partialFingerprints": {"opscanFinding/v1": finding.key},
+        "properties": {"verdict": finding.verdict.value, "source": finding.source.value, "ops": list(finding.ops),
+                       "parts": [p.to_dict() for p in finding.parts], "phases": list(finding.phases),
+                       "modules": list(finding.modules), "calls": finding.calls,
+                       "upstream": finding.upstream.kind},
     }
-    if located:
-        result["locations"] = [_location(p) for p in located]
+    if located(finding.site):
+        result["locations"] = [_location(finding.site)]
     return result
+
+
+def located(site: dict[str, Any] | None) -> bool:
+    """Whether a finding's site is a file a code-scanning view can open (a notebook's cell is not)."""
+    return bool(site and site.get("file") and site.get("line") and site.get("cell") is None)
 
 
 def _location(place: dict[str, Any]) -> dict[str, Any]:
     file = str(place["file"])
     artifact = ({"uri": PurePosixPath(file).as_uri()} if file.startswith("/")
                 else {"uri": quote(file), "uriBaseId": BASE_ID})
-    location: dict[str, Any] = {"physicalLocation": {"artifactLocation": artifact,
-                                                     "region": {"startLine": int(place["line"])}}}
+    region: dict[str, Any] = {"startLine": int(place["line"])}
+    if place.get("text"):
+        region["snippet"] = {"text": sarif_text(place["text"])}
+    location: dict[str, Any] = {"physicalLocation": {"artifactLocation": artifact, "region": region}}
     if place.get("function"):
         location["logicalLocations"] = [{"fullyQualifiedName": sarif_text(place["function"]), "kind": "function"}]
     return location
 
 
-def message(row: Row, report: Report) -> str:
-    """One finding in a sentence or three: what happens on MPS, why, what to do, and the library's line."""
+def message(finding: Finding, report: Report) -> str:
+    """One finding in a few sentences: what happens on MPS and to which ops, why, what to do, the library's line, and
+    where it belongs upstream."""
     release = report.assumptions.get("torch_release")
-    text = _sentence(f"{row.op.display} [{signature_text(row.dtypes)}] is {row.verdict.value} on MPS "
-                     f"({row.source.value} for torch {release}): {row.evidence.text}")
-    if row.remedy:
-        text += " " + _sentence(f"Fix: {row.remedy}")
-    vias = list(dict.fromkeys(f"{v['file']}:{v['line']} in {v['function']}" for p in row.where if (v := p.get("via"))))
-    if vias:
-        text += f" Called through {', '.join(vias[:3])}{' …' if len(vias) > 3 else ''}."
-    return text
+    calls = f"{finding.calls} call{'s' * (finding.calls != 1)}"
+    calls += " made at this line" if located(finding.site) else ""
+    text = _sentence(f"{finding.summary()}: {finding.verdict.value} on MPS ({finding.source.value} for torch "
+                     f"{release}; {calls}): {finding.why}")
+    if finding.fix:
+        text += " " + _sentence(f"Fix: {finding.fix}")
+    via = (finding.site or {}).get("via")
+    if via:
+        text += f" Called through {via['file']}:{via['line']} in {via['function']}."
+    return text + " " + _sentence(f"Upstream: {finding.upstream.text}")
 
 
 def _sentence(text: str) -> str:

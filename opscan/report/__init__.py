@@ -1,7 +1,7 @@
 """Report stage: one immutable `Report` built from the trace's rows and their classifications.
 
-Pure data, no torch: reporters and the CLI read it; `to_dict()` is the report JSON (schema v3,
-documented in docs/report-schema.md and in opscan/schema/report-v3.json). Every section says what it rests on: a row
+Pure data, no torch: reporters and the CLI read it; `to_dict()` is the report JSON (schema v4,
+documented in docs/report-schema.md and in opscan/schema/report-v4.json). Every section says what it rests on: a row
 its `source`, and so do the lane, graph, transfers, upgrade, memory, measurement and repro sections
 ("predicted" or "measured"); `mode` is predicted, measured (on mps) or simulated (a test double, tests only).
 assemble.py builds the Report from a scan's stages (opscan/scan.py calls it).
@@ -11,16 +11,19 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from opscan.graph.lanes import Lane
 from opscan.opkey import OpKey
+from opscan.report.findings import Finding, build_findings
 from opscan.trust.text import strict_json
 from opscan.verdict import Classification, Evidence, Source, Verdict
 
-SCHEMA_VERSION = 3  # 2: lane.why (kind, row, text) and lane.source beside lane.reasons; `source` in every section;
+SCHEMA_VERSION = 4  # 2: lane.why (kind, row, text) and lane.source beside lane.reasons; `source` in every section;
 # mode "simulated"; measurement.simulated; comparisons may be unchecked (within null) or by shape. 3: a row's `where`
-# (the user's lines that made its calls, report/where.py)
+# (the user's lines that made its calls, report/where.py). 4: `findings` (one per cause: the user's line and the
+# rule, report/findings.py), a `where` entry's `text` and `cell`, a row's optional `causes`; `device_code`
 SECTIONS = ("graph", "transfers", "upgrade", "memory", "measurement", "repro", "device_code")  # optional, JSON order
 
 
@@ -44,12 +47,17 @@ class Row:
     measured: dict[str, Any] | None = None  # the probes' measurement (on MPS, or on cpu/cuda beside the prediction)
     silent: dict[str, Any] | None = None  # a known silent bug decided it: the entry and the calls meeting it
     where: tuple[dict[str, Any], ...] = ()  # the user's lines that made its calls, in step order (report/where.py)
+    # the lines that caused its calls when they are not where the calls were made (a CPU tensor's creation: its
+    # finding goes there, report/findings.py); entries shaped like `where`'s (file, line, function, text, ...)
+    causes: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (contract field names); `predicted`/`measured` only when probes ran, `silent` only when a
-        known silent-correctness bug decided the row (predict/silent.py)."""
+        known silent-correctness bug decided the row (predict/silent.py), `causes` only when the row names them."""
         extra = {k: v for k, v in (("predicted", self.predicted), ("measured", self.measured),
                                    ("silent", self.silent)) if v is not None}
+        if self.causes:
+            extra["causes"] = [dict(c) for c in self.causes]
         return {
             "op": self.op.op,
             "overload": self.op.overload,
@@ -77,9 +85,10 @@ class Row:
         return self.measured["verdict"] != predicted
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Report:
-    """Everything a scan found; reporters are pure functions of this object."""
+    """Everything a scan found; reporters are pure functions of this object. Its repr is one line (a notebook
+    echoes it); `to_dict()` is the whole."""
 
     opscan_version: str
     kb_version: str
@@ -117,14 +126,25 @@ class Report:
         """The rows, as the report JSON names them (`ops`): one per (OpKey, input-dtype signature), in step order."""
         return self.rows
 
+    @cached_property
+    def findings(self) -> tuple[Finding, ...]:
+        """One finding per cause — the user's line and the rule — most severe first, ties in step order
+        (report/findings.py): what every view lists."""
+        return build_findings(self.rows, self.assumptions.get("torch_release"))
+
     @property
-    def findings(self) -> tuple[Row, ...]:
-        """The rows whose verdict ranks above native, most severe first (ties in step order): what the console
-        and the HTML list as findings."""
+    def finding_rows(self) -> tuple[Row, ...]:
+        """The rows whose verdict ranks above native, most severe first (ties in step order)."""
         return tuple(sorted((r for r in self.rows if r.verdict.rank > 0), key=lambda r: -r.verdict.rank))
 
+    def __repr__(self) -> str:
+        rows = sum(1 for r in self.rows if r.verdict.rank > 0)
+        return (f"<{type(self).__name__} {self.model}: {self.mode} for torch "
+                f"{self.assumptions.get('torch_release')}, lane {self.lane.name}, {len(self.findings)} "
+                f"finding{'s' * (len(self.findings) != 1)} ({rows} of {len(self.rows)} rows not native)>")
+
     def to_json(self, indent: int | None = 2) -> str:
-        """The report JSON (schema v3) as strict JSON text (a non-finite number is null: trust/text.py strict_json):
+        """The report JSON (schema v4) as strict JSON text (a non-finite number is null: trust/text.py strict_json):
         `json.loads(report.to_json()) == report.to_dict()` when every number is finite."""
         return strict_json(self.to_dict(), indent=indent)
 
@@ -133,7 +153,7 @@ class Report:
         return max((r.verdict for r in self.rows), key=lambda v: v.rank, default=Verdict.NATIVE)
 
     def to_dict(self) -> dict[str, Any]:
-        """The report JSON, schema v3 (SCHEMA_VERSION)."""
+        """The report JSON, schema v4 (SCHEMA_VERSION)."""
         return {
             "schema_version": self.schema_version,
             "opscan_version": self.opscan_version,
@@ -146,6 +166,7 @@ class Report:
             "phases": self.phases,
             "trace": self.trace,
             "ops": [r.to_dict() for r in self.rows],
+            "findings": [f.to_dict() for f in self.findings],
             "summary": self.summary,
             "lane": self.lane.to_dict(),
             "modules": [{"path": p, "type": t} for p, t in self.modules],

@@ -15,6 +15,7 @@ import base64
 import shlex
 import zlib
 
+from opscan.opkey import TORCH_NAMESPACES
 from opscan.target.inputs import arg_words
 from opscan.verdict import Verdict
 
@@ -22,7 +23,6 @@ MAX_CALLS = 4  # probe calls kept per finding row (the worst first)
 PACK_ABOVE = 256  # more values are stored zlib-compressed (little-endian, row-major): here and in the scripts
 SECTION_VERSION = 1
 EXPECTED = {0: "passes", 1: "reproduces", 2: "cannot-run"}
-TORCH_NAMESPACES = frozenset({"aten", "prims", "quantized", "_quantized", "rngprims", "_c10d_functional", "c10d"})
 
 
 def command_line(options) -> str:

@@ -6,8 +6,9 @@ At most MAX_LINES lines a maintainer can paste: the public call where one dispat
 (floating ones random, integer ones from the recorded values, or random within their range); the call run on the
 issue's device (`python repro.py`; `python repro.py cpu` on the CPU), the error it raises printed, else its result
 compared with the CPU's by `torch.testing.assert_close` (whose message prints the mismatch). PyTorch's CPU-fallback
-warning is turned into that error. Exit codes as the full script's (runtime.py) where they overlap: 1 the failure
-reproduced (raised, fell back, or disagreed), 0 not. The snippet simplifies — contiguous tensors (a comment names
+warning is turned into that error. Exit codes as the full script's (runtime.py): 1 the failure reproduced (raised,
+fell back, or disagreed), 0 not, 2 it cannot run here (the device is not available: off a Mac, MPS is not, and a
+run there must never read as "reproduced"). The snippet simplifies — contiguous tensors (a comment names
 the recorded strides), random values where the step's were not recorded, a same-dtype CPU reference — the full
 script beside ISSUE.md replays the exact call.
 """
@@ -19,9 +20,9 @@ import json
 import struct
 import zlib
 
+from opscan.opkey import TORCH_NAMESPACES
 from opscan.probe.comparison import FALLBACK_WARNING
 from opscan.repro.public_calls import spelling
-from opscan.repro.section import TORCH_NAMESPACES
 
 MAX_LINES = 15
 NAMES = "xyzuvw"
@@ -30,6 +31,9 @@ _COMPLEX = {"complex32", "complex64", "complex128"}
 PACKED = {"int64": "q", "int32": "i", "int16": "h", "int8": "b", "uint8": "B", "bool": "?", "float64": "d",
           "float32": "f", "float16": "e"}
 INLINE_VALUES = 12  # integer tensors of at most this many recorded values are written out
+# the device must exist here, else exit 2 "cannot run here" (off a Mac there is no MPS: nothing reproduces there)
+MISSING_DEVICE = 'device != "cpu" and not (torch.backends.mps if device == "mps" else torch.cuda).is_available()'
+NO_DEVICE = "no {device} on this machine (MPS needs a Mac with Apple Silicon)"
 # PyTorch's CPU-fallback warning, as probe/comparison.py recognises it (its tail: no quote or group to escape)
 FALLBACK_TAIL = ".*" + FALLBACK_WARNING.pattern.rpartition(" and ")[2]
 
@@ -47,7 +51,7 @@ def snippet_text(call: dict, device: str = "mps") -> str | None:
     except ValueError:
         return None
     compared = not call.get("properties")
-    for pack in (False, True):  # one line per tensor, else the assignments packed into two lines
+    for pack in (False, True):  # one line per tensor, else the assignments packed into one
         lines = _lines(tensors, names, expr, uses_f, compared, _missing_check(probe["op"]), pack, device)
         if len(lines) <= MAX_LINES:
             return "\n".join(lines) + "\n"
@@ -55,27 +59,28 @@ def snippet_text(call: dict, device: str = "mps") -> str | None:
 
 
 def _missing_check(op: str) -> list[str]:
-    """For an operator outside torch's own namespaces: exit 2 ("cannot run here", as the scripts) when this
-    process has not registered it (import the code that defines it first)."""
+    """Exit 2 ("cannot run here", as the scripts) where the device is missing — and, for an operator outside torch's
+    own namespaces, when this process has not registered it (import the code that defines it first)."""
     namespace, _, rest = op.partition("::")
     if namespace in TORCH_NAMESPACES:
-        return []
+        return [f"if {MISSING_DEVICE}:", f'    sys.exit(print(f"cannot run here: {NO_DEVICE}") or 2)']
     name = rest.partition(".")[0]
-    return [f'if not hasattr(torch.ops.{namespace}, "{name}"):  # registered by the scanned code: import it first',
-            f'    sys.exit(print("cannot run here: this process has no operator {namespace}::{name}") or 2)']
+    return [f'if not hasattr(torch.ops.{namespace}, "{name}") or {MISSING_DEVICE}:  # import the scanned code first',
+            f'    sys.exit(print(f"cannot run here: this process has no operator {namespace}::{name}, or {NO_DEVICE}")'
+            " or 2)"]
 
 
 def _lines(tensors: list[tuple[str, str]], names: list[str], expr: str, uses_f: bool, compared: bool,
            check: list[str], pack: bool, device: str) -> list[str]:
     imports = "import sys, warnings, torch" + (", torch.nn.functional as F" if uses_f else "")
     head = [imports, f"device = sys.argv[1] if len(sys.argv) > 1 else {json.dumps(str(device))}",  # data, not code
+            *check,
             f'warnings.filterwarnings("error", "{FALLBACK_TAIL}")  # PyTorch\'s CPU-fallback warning raises',
-            *check, "torch.manual_seed(0)"]
+            "torch.manual_seed(0)"]
     built = [f"{n} = {t}" + (f"  # the step's had strides {note}" if note else "") for n, (t, note) in
              zip(names, tensors)]
-    if pack and len(built) > 2:
-        half = (len(built) + 1) // 2
-        built = [_packed(names[:half], tensors[:half]), _packed(names[half:], tensors[half:])]
+    if pack and len(built) > 1:
+        built = [_packed(names, tensors)]
     params = ", ".join(names)
     if names:
         args = f"{names[0]}," if len(names) == 1 else params

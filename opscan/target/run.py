@@ -10,6 +10,9 @@ that passes none. It holds:
   factory, the traced step, the memory runs, the acceptance runs), told to `on_stage` (the supervisor's
   channel: a stage of user code gets `--step-timeout`, and a process that dies is reported with what it was
   doing); `sys.exit()` raised inside becomes a TargetExit (exit 2) naming the call and its line;
+- what opscan itself is doing between those stages (`progress(what)`: "predicting 1,204 calls", ...), told with
+  the stage of the target's code to `on_progress` (the CLI's display on a terminal), and how long each took
+  (`timings`: the scan's advice on --fake reads them);
 - the CLI's bookkeeping: the folders the run created (removed again when it ends without writing into them,
   each one told to `on_folder`), the loggers whose level it changed, and the stream the artefact goes to while
   the command's own stdout goes to stderr.
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -43,6 +47,10 @@ class RunContext:
     created: list[Path] = field(default_factory=list)  # folders this run created, deepest last
     restore: list[tuple[Any, int]] = field(default_factory=list)  # (logger, level) to put back at the end
     artefact: list = field(default_factory=list)  # the real stdout while the command's own goes to stderr
+    on_progress: Callable[[str | None], None] | None = None  # a display of what the run does now (CLI, terminal)
+    doing: str | None = None  # opscan's own work now (progress)
+    timings: list[tuple[str, float]] = field(default_factory=list)  # (stage, seconds), each stage once it ended
+    _began: dict[str, float] = field(default_factory=dict)
 
     @property
     def supervised(self) -> bool:
@@ -61,6 +69,7 @@ class RunContext:
     def running(self, what: str):
         """Run the target's code as stage `what` ("calling build_model()", "tracing the training step of X")."""
         self.stages.append(what)
+        self._began[what] = time.monotonic()
         self._tell()
         pid = os.getpid()
         try:
@@ -74,7 +83,27 @@ class RunContext:
             self.stages.pop()
             if os.getpid() != pid:  # a process the target forked came back into opscan: it must not scan twice
                 os._exit(0)
+            self._ended(what)
             self._tell()
+
+    def progress(self, what: str | None) -> None:
+        """Say what opscan itself does now (None: nothing more to show); the previous step's time is recorded."""
+        if self.doing is not None:
+            self._ended(self.doing)
+        self.doing = what
+        if what is not None:
+            self._began[what] = time.monotonic()
+        if self.on_progress is not None:
+            self.on_progress(self.current() or what)
+
+    def seconds(self, prefix: str) -> float:
+        """The time the stages whose name begins with `prefix` took, together."""
+        return sum(t for name, t in self.timings if name.startswith(prefix))
+
+    def _ended(self, what: str) -> None:
+        began = self._began.pop(what, None)
+        if began is not None:
+            self.timings.append((what, time.monotonic() - began))
 
     def folder_made(self, folder: Path) -> None:
         """Record a folder this run created (and tell the supervisor)."""
@@ -90,6 +119,8 @@ class RunContext:
     def _tell(self) -> None:
         if self.on_stage is not None:
             self.on_stage(self.current())
+        if self.on_progress is not None:
+            self.on_progress(self.current() or self.doing)
 
 
 def offline() -> None:

@@ -9,6 +9,8 @@ runs now is the run's (RunContext.running, target/run.py). No torch here.
 trace's `where`, trace/frames.py): not opscan's, torch's, the standard library's, an installed library's
 (site-packages, dist-packages) nor generated code (`<string>`); and the project folder that paths are written
 relative to: the nearest folder holding `.git`, `pyproject.toml`, `setup.py` or `setup.cfg`, else the file's own.
+A notebook's cell (`notebook_cell`: the file name IPython compiled it under, `/tmp/ipykernel_…/….py` or
+`<ipython-input-…>`) is the user's own code, named as IPython names it: `Cell In[n]`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 import sysconfig
 import traceback
 
@@ -65,8 +68,23 @@ def installed_part(path: str) -> str | None:
     return path[cut:].replace(os.sep, "/") if cut >= 0 else None
 
 
+def notebook_cell(path: str | None) -> int | None:
+    """The execution count of the IPython cell compiled under the file name `path` (IPython's own map, which its
+    tracebacks read for `Cell In[n], line k`); None outside IPython or for a file that is no cell."""
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None)
+    try:
+        shell = get() if callable(get) else None
+        number = getattr(getattr(shell, "compile", None), "_filename_map", {}).get(path)
+    except Exception:  # noqa: BLE001 - IPython's internals are not ours: no cell then
+        return None
+    return number if isinstance(number, int) and not isinstance(number, bool) else None
+
+
 def own_file(path: str) -> bool:
     """Whether an absolute file name is the user's own code (see the module docstring)."""
+    if notebook_cell(path) is not None:
+        return True
     if path.startswith("<") or installed_part(path) is not None:
         return False
     return not path.startswith(_OPSCAN_DIR) and _TORCH_PART not in path and not path.startswith(_STDLIB_DIR)

@@ -38,7 +38,7 @@ import torch
 from torch._C._autograd import _get_sequence_nr as _sequence_nr
 
 import opscan
-from opscan.target.user_code import installed_part, own_file
+from opscan.target.user_code import installed_part, notebook_cell, own_file
 from opscan.trace.step import run_inference, run_train_step
 from opscan.trace.records import CallSite
 
@@ -74,6 +74,8 @@ def _classify(code, frame) -> tuple[int, str | tuple[str, str] | None, bool]:
     absolute."""
     if code in STEP_RUNNERS:
         return RUNNER, None, False
+    if notebook_cell(code.co_filename) is not None:  # a notebook's cell, under the name IPython compiled it as
+        return USER, (code.co_filename, getattr(code, "co_qualname", code.co_name)), False
     path = os.path.abspath(code.co_filename)
     if path.startswith(_OPSCAN_DIR):
         return SKIP, None, False

@@ -45,8 +45,9 @@ def user_step(spec: str, what: str | None = None, ctx: RunContext | None = None)
             if _raised_by_opscan(exc):
                 raise
             first = (str(exc).strip().splitlines() or [""])[0][:300]
+            said = f"the training step of {spec} failed: {type(exc).__name__}: {first} — check that the inputs fit "
             raise StepError(
-                f"the training step of {spec} failed: {type(exc).__name__}: {first} "
-                "— check that the inputs fit the model (--input, example_inputs()) and rerun with -v",
+                said + "the model (--input, example_inputs()) and rerun with -v",
                 user_traceback=user_frames(exc),
+                api=said + "the model (example_inputs); the error's user_traceback attribute holds your frames",
             ) from None

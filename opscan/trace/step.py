@@ -59,9 +59,10 @@ def make_optimizer(model: torch.nn.Module, build_optimizer=None) -> torch.optim.
         return build_optimizer(model)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
-        raise StepError("the model has no trainable parameters, so there is nothing for the default AdamW to "
-                        "train — scan its forward with --inference, or define build_optimizer(model) or "
-                        "train_step(model, optimizer, inputs) in the target file")
+        said = "the model has no trainable parameters, so there is nothing for the default AdamW to train — "
+        raise StepError(said + "scan its forward with --inference, or define build_optimizer(model) or "
+                               "train_step(model, optimizer, inputs) in the target file",
+                        api=said + "scan its forward with inference=True, or pass optimizer= or train_step=")
     return torch.optim.AdamW(params)
 
 

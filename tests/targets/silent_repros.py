@@ -1025,7 +1025,7 @@ REPROS = {
     "133520": Repro("2.4.0", train=True),
     "187117": Repro("2.12.0"),
     "145203": Repro("2.5.0", macos="15.0"),
-    "197636": Repro("2.14.1", macos="15.0", fake=True),  # bmm tiling over 2**32 raises below macOS 15
+    "197636": Repro("2.14.1", macos="15.0", fake=True),  # below 15 the bmm tiling check raises first
     "189495": Repro("2.12.0", macos="15.0"),
     "163597": Repro("2.8.0", macos="15.0"),  # a non-contiguous query reaches the MPS kernel on macOS 15+ only
     "181133": Repro("2.10.0", macos="15.0"),
@@ -1046,7 +1046,7 @@ REPROS = {
     "176767": Repro("2.11.0"),
     "174861": Repro("2.10.0"),
     "129207": Repro("2.4.0"),
-    "141471": Repro("2.5.0", macos="14.0"),  # Conv3D raises below macOS 13.2 (kernel-conv3d-macos-13-2)
+    "141471": Repro("2.5.0", macos="13.2"),  # below 13.2 MPS refuses Conv3D (kernel-conv3d-macos-13-2)
     "183825": Repro("2.12.0", train=True),
     "124096": Repro("2.13.0"),
     "182822": Repro("2.12.0"),
@@ -1070,7 +1070,7 @@ REPROS = {
     "144190": Repro("2.5.0"),
     "147889": Repro("2.6.0"),
     "176296": Repro("2.11.0"),
-    "151443": Repro("2.7.0", macos="14.0"),  # integer isin raises below macOS 14
+    "151443": Repro("2.7.0", macos="14.0"),  # below 14 isin refuses int64 (kernel-floating-only-macos-14)
     "160738": Repro("2.8.0"),
     "189134": Repro("2.13.0"),
     "144245": Repro("2.6.0"),
@@ -1079,7 +1079,7 @@ REPROS = {
     "187017": Repro("2.13.0"),
     "95538": Repro("2.0.0"),
     "104879": Repro("2.0.0", macos="13.0"),  # below macOS 13 the kernel runs unique on the CPU itself
-    "96614": Repro("2.0.0", macos="13.0"),  # below macOS 13 cumsum runs on the CPU
+    "96614": Repro("2.0.0", macos="13.2"),  # below 13.2 cumsum runs on the CPU (in-kernel fallback)
     "165257": Repro("2.9.0", macos="14.0"),
     "125803": Repro("2.3.0", macos="14.4", train=True, near=False),
     "190056": Repro("2.13.0", train=True),
@@ -1088,7 +1088,7 @@ REPROS = {
     "197114": Repro("2.14.1", macos="26.2"),
     "156792": Repro("2.12.0"),
     "124335": Repro("2.3.0", fake=True),
-    "90421": Repro("2.0.0", macos="13.0"),  # multi-layer LSTM raises below macOS 13
+    "90421": Repro("2.0.0", macos="13.0"),  # below 13 a multi-layer LSTM raises (kernel-lstm-multilayer)
     "175192": Repro("2.11.0", train=True),
     "test_mm_strided_output": Repro("2.13.0", macos="14.0"),
     "188335": Repro("2.12.0"),
