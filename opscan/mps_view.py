@@ -3,7 +3,8 @@
 Four rewrites, each traceable to its rule:
 - lens groups ("replace"): a span of CPU calls becomes the one op MPS runs (`linear`, `max_pool2d`,
   `_fused_rms_norm`, `_scaled_dot_product_attention_math_for_mps`, `_lstm_mps`), and the backward
-  calls run by the autograd nodes that span created become one MPS backward op per pass;
+  calls run by the autograd nodes that span created become one MPS backward op per pass (`linear_backward`
+  carries its own arguments: the forward's input and weight and the incoming gradient, as a lens call);
 - device branches inside composite kernels that the dispatch mode sees as one call
   (`convolution` -> `_mps_convolution`, `convolution_backward` -> `mps_convolution_backward`);
 - a composite without an MPS kernel of its own (expanded by the recorder) is replaced by the calls
@@ -26,6 +27,7 @@ from opscan.opkey import OpKey
 from opscan.trace.records import Group, OpCall, TensorMeta, Trace
 
 COPY = OpKey("aten", "copy_")
+LINEAR_BACKWARD = OpKey("aten", "linear_backward")
 BRANCHED_COMPOSITES = frozenset({OpKey("aten", "convolution"), OpKey("aten", "convolution_backward")})
 SRC_COPY = "aten/src/ATen/native/Copy.cpp copy_impl: MPS tensors go to mps::mps_copy_ (public source) [src]"
 SRC_CONV = "mps_facts.md §8: at::native::_convolution calls _mps_convolution(_transpose) for MPS input [bin]"
@@ -161,8 +163,24 @@ def _backward_group(group: Group, first: OpCall, backward: dict[int, list[OpCall
     return MpsCall(
         index=first.index, op=group.backward, phase="backward", module=group.module or first.module,
         inputs=first.inputs, outputs=calls[-1].outputs, dtypes=group.dtypes, cpu_op=_primary(calls),
-        rule=group.rule,
+        rule=group.rule, call=_linear_backward_call(group, [c for c in calls if c.index >= first.index]),
     )
+
+
+def _linear_backward_call(group: Group, calls: list[OpCall]) -> tuple | None:
+    """linear_backward's own tensors (self, grad_output, weight) as a lens call, so that conditions read them by
+    name: the forward call's input and weight, and the incoming gradient — the first tensor this pass's backward
+    calls read that has the forward output's shape (its strides as autograd hands it over: the gradient of a
+    `.sum()` is an expanded, stride-0 tensor). None for other groups, or when no such tensor was recorded."""
+    if group.backward != LINEAR_BACKWARD or group.call is None or len(group.call[0]) < 2:
+        return None
+    x, w = group.call[0][:2]
+    out_shape = tuple(x[1][:-1]) + ((w[1][0],) if len(w[1]) == 2 else ())
+    grad = next((m for c in calls for m in c.inputs if tuple(m.shape) == out_shape), None)
+    if grad is None:
+        return None
+    g = (grad.dtype, tuple(grad.shape), tuple(grad.stride), grad.offset, grad.requires_grad)
+    return (x, g, w), {"args": [{"t": 0}, {"t": 1}, {"t": 2}], "kwargs": {}}
 
 
 def _backward_passes(calls) -> list[int]:

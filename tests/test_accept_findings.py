@@ -104,7 +104,8 @@ def test_rerun_sh_keeps_a_hostile_folder_name_and_arguments_inert(tmp_path):
     hostile.mkdir()
     options = SimpleNamespace(target="my models/$(touch PWNED3).py:build", device="cpu", reference="cpu",
                               args={"name": "`touch PWNED4`"}, inputs=("2x3:float32",), dtype="float32",
-                              allow_tf32=False, perturb=None, fail_on_lane="linux-gpu-first")
+                              allow_tf32=False, perturb=None, fail_on_lane="linux-gpu-first",
+                              public_args=("name",))  # a public --arg: its hostile value is written, inert
     package = tmp_path / "pkg"
     package.mkdir()
     script = package / "rerun.sh"

@@ -36,7 +36,7 @@ def test_a_schema_s_arguments_are_read_with_their_defaults():
     assert schema_arguments('f(Tensor(a!) self, int[2] k=[0,0], str s="a,b", *, Tensor(a!) out) -> Tensor') == (
         ("self", None), ("k", "[0,0]"), ("s", '"a,b"'), ("out", None))
     assert [Argument("r", "Mean").value(), Argument("p", "None").value(), Argument("k", "[0,0]").value()] == \
-        [1, None, [0, 0]]
+        [1, None, (0, 0)]  # a list default reads as the condition language's lists do: a tuple
     assert Argument("m", "contiguous_format").value() is NO_DEFAULT and Argument("x").value() is NO_DEFAULT
 
 

@@ -349,7 +349,8 @@ def _via_file(load):
 
 
 def _knowledge_files():
-    from opscan.knowledge import composite_paths, device_code, expectations, facts, py_drift, silent_bugs
+    from opscan.knowledge import (composite_paths, device_code, expectations, facts, kernel_decisions, py_drift,
+                                  silent_bugs)
 
     here = os.path.dirname(facts.FACTS_PATH)
     text = lambda parse: lambda raw, _: parse(yaml.safe_dump(raw))  # noqa: E731
@@ -363,6 +364,7 @@ def _knowledge_files():
         ("torchvision.yaml", "ops", plain(facts.parse_torchvision)),
         ("py_review.yaml", "same_ops", plain(py_drift.parse_py_review)),
         ("device_code.yaml", "device-pick-cpu", plain(device_code.parse_device_table)),
+        ("kernel_decisions.yaml", "classes", text(kernel_decisions.parse_decisions)),
     ] + [("facts.yaml", section, plain(parse_facts)) for section in (
         "always_cpu", "error_stubs", "min_macos", "dtype_limits", "earlier_paths", "device_branches",
         "distributed")], here

@@ -182,6 +182,24 @@ def test_conditions_that_do_not_hold_leave_the_call_alone():
     assert silent_verdict(unknown, kb, error) is error
 
 
+def test_a_solve_entry_reads_batch_broadcasting_only():
+    """#189134 is batch broadcasting of a matrix right-hand side (A (1, 3, 3), B (4, 3, 2)): its condition slices
+    the batch dimensions (A.shape[:-2]); a vector right-hand side or equal batches are no such call."""
+    def solve(a, b):
+        return call("_linalg_solve_ex", [meta(a), meta(b)], ("<tensor>", "<tensor>", True, False))
+
+    assert judged(solve((1, 3, 3), (4, 3, 2)), "2.13.0").evidence.rule == "silent-bug-189134"
+    assert judged(solve((4, 3, 3), (3, 2)), "2.13.0").evidence.rule == "silent-bug-189134"
+    for a, b in (((3, 3), (3,)), ((3, 3), (3, 2)), ((4, 3, 3), (4, 3)), ((4, 3, 3), (4, 3, 2))):
+        assert judged(solve(a, b), "2.13.0") is NATIVE, (a, b)
+
+
+def test_argmax_of_int64_on_arm64_is_no_entry():
+    """The argmax reports (#98191 and its duplicates) all ran an x86_64 Python: argmax of an int64 tensor on the
+    arm64 wheels is not flagged (tools/silent/triage.yaml says why)."""
+    assert judged(call("argmax", [meta((10, 2), dtype="int64")], ("<tensor>", 1, False)), "2.0.0") is NATIVE
+
+
 def test_the_data_file_is_validated():
     text = open(BUGS_PATH, encoding="utf-8").read()
     bugs = parse_bugs(text)

@@ -58,7 +58,11 @@ change named as the cause (e.g. #128393, the strided MPSNDArray API of 2.5 behin
 the first release whose wheel gives the op an MPS kernel (opscan's per-release records), else the earliest release a
 reporter verified, else the release current on the day it was reported (`reported`). Where the fixing PR was not
 read, the fix is taken as landed before the first branch cut after the report (the regression test that cites the
-issue shows a fix landed) and the entry says so, with low confidence. Each entry's `established` says which rule
+issue shows a fix landed) and the entry says so, with low confidence. A regression test with no issue is dated by
+the PR that added it (the entry's id is then the test's name or the PR's number). Confidence: `high` where the merge
+day (or the wheel's own binary) settles the release against the cut; `medium` where the fixing PR was read and opened
+days to weeks before the cut, or its cherry-pick was asked for, but its merge was not seen; `low` where the fixing PR
+was not read, or a release boundary rests on the day of a report alone. Each entry's `established` says which rule
 gave what, and `confidence` how sure it is ({confidence}). Patch releases of an affected series are taken as
 affected unless a cherry-pick was seen.
 
@@ -122,7 +126,7 @@ def render() -> str:
         when = "; ".join(f"`{op}`: `{w}`" for op, w in b.when.items()) if len(set(b.when.values())) > 1 \
             else f"`{next(iter(b.when.values()))}`"
         gate = ", ".join(p for p in (b.macos_text, "/".join(b.chip) if b.chip else None) if p) or "any"
-        issue = f"[#{b.issues[0]}](https://github.com/pytorch/pytorch/issues/{b.issues[0]})"
+        issue = _entry_link(b)
         fix = f" (PR #{b.fix_pr})" if b.fix_pr else ""
         lines.append(f"| {issue} | {', '.join(b.ops)} | {_cell(when)} | {b.reported} | {b.first} – {b.last}.x | "
                      f"{b.fixed}{fix} | "
@@ -164,13 +168,27 @@ def _recall() -> list[str]:
              "kernel breaks again in the same way. The base predicts the bugs it holds (every entry is tested "
              "against its reporter's repro); it is no detector of the next one, and a clean row stays \"no known "
              "entry matches\".", "", "| held-out bug | reported | predicted by |", "|---|---|---|"]
+    from opscan.knowledge.silent_bugs import load_bugs
+
+    links = {b.id: _entry_link(b) for b in load_bugs()}
     for h in result["bugs"]:
-        by = ", ".join(f"#{i}" for i in h["predicted_by"]) or (
-            "note: " + ", ".join(f"#{i}" for i in h["noted_by"]) if h["noted_by"] else "—")
-        lines.append(f"| [#{h['id']}](https://github.com/pytorch/pytorch/issues/{h['id']}) {_cell(h['title'])} | "
-                     f"{h['reported']} | {by} |")
+        by = ", ".join(map(_ref, h["predicted_by"])) or (
+            "note: " + ", ".join(map(_ref, h["noted_by"])) if h["noted_by"] else "—")
+        lines.append(f"| {links.get(h['id'], _ref(h['id']))} {_cell(h['title'])} | {h['reported']} | {by} |")
     return lines
 
+
+def _ref(entry_id: str) -> str:
+    """An entry named in text: #<issue> for an issue number, else its id (a regression test's name)."""
+    return f"#{entry_id}" if entry_id.isdigit() else entry_id
+
+
+def _entry_link(bug) -> str:
+    """An entry's first issue as a link; an entry from a PR (no issue) links that PR (its id or its fix)."""
+    if bug.issues:
+        return f"[#{bug.issues[0]}](https://github.com/pytorch/pytorch/issues/{bug.issues[0]})"
+    pr = bug.id if bug.id.isdigit() else bug.fix_pr
+    return f"[PR #{pr}](https://github.com/pytorch/pytorch/pull/{pr}) ({bug.id})" if pr else bug.id
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

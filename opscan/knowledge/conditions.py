@@ -10,8 +10,9 @@ a tensor list is a list of those; other arguments are their values (ints, floats
 `macos` is the assumed macOS version as a tuple, e.g. (14, 0); `result` is the tensor the op writes (the `out=`
 tensor, `self` of an in-place op, else its first output) and `chip` the chip family the user named (`--chip`,
 "M1".."M5"; a condition that reads `chip` is undecided without one). Python's
-`and`, `or`, `not`, comparisons, `in`, subscripts, tuples, lists, numbers, strings, arithmetic, `len()`, and
-`any()` / `all()` over a generator are allowed; nothing else is (`compile_when` raises ValueError).
+`and`, `or`, `not`, comparisons, `in`, subscripts and slices (`A.shape[:-2]`: the batch dimensions, a tuple),
+tuples, lists, numbers, strings, arithmetic, `len()`, and `any()` / `all()` over a generator are allowed; nothing
+else is (`compile_when` raises ValueError).
 
 `evaluate_when(rule, names, macos)` is True when the condition holds, False when it does not, None when the call
 lacks what it reads (a name not recorded, a size -1 under fake tensors). No torch import.
@@ -27,7 +28,7 @@ _NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast
           ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn, ast.Is, ast.IsNot, ast.Name,
           ast.Load, ast.Attribute, ast.Subscript, ast.Constant, ast.Tuple, ast.List, ast.Call,
           ast.GeneratorExp, ast.comprehension, ast.Store, ast.BinOp, ast.Mult, ast.Add, ast.Sub, ast.Mod,
-          ast.Pow)
+          ast.Pow, ast.Slice)
 _ATTRS = ("dtype", "shape", "dim", "numel", "stride", "storage_offset", "device", "requires_grad", "itemsize",
           "is_contiguous", "is_channels_last_contiguous", "looks_channels_last", "max_elem_offset")
 _ITEMSIZE = {"bool": 1, "uint8": 1, "int8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "int16": 2, "uint16": 2,
@@ -213,6 +214,8 @@ _HANDLERS = {
     ast.BinOp: lambda node, names: _binop(node.op, _eval(node.left, names), _eval(node.right, names)),
     ast.Compare: lambda node, names: _compare(node, names),
     ast.Call: lambda node, names: _call(node, names),
+    ast.Slice: lambda node, names: slice(*(None if part is None else _eval(part, names)
+                                           for part in (node.lower, node.upper, node.step))),
 }
 
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import yaml
 
+from opscan.knowledge.schema import entry_values
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 DECISIONS_PATH = os.path.join(_HERE, "kernel_decisions.yaml")
 TWINS_PATH = os.path.join(_HERE, "kernel_cpu_twins.txt")
@@ -37,12 +39,14 @@ class CheckDecision:
 
 @dataclass(frozen=True)
 class _Class:
+    """A class of checks decided alike (kernel_decisions.yaml `classes`; its keys are these fields)."""
+
     reason: str
-    match: re.Pattern | None
-    kinds: frozenset[str]
-    via: frozenset[str]
-    files: frozenset[str]
-    twin: bool
+    match: re.Pattern | None = None
+    kinds: frozenset[str] = frozenset()
+    via: frozenset[str] = frozenset()
+    files: frozenset[str] = frozenset()
+    twin: bool = False
     note: str = ""
 
 
@@ -55,20 +59,19 @@ class Decisions:
     checks: Mapping[str, tuple[str, str]]  # id -> (reason, note)
 
 
-_CLASS_KEYS = frozenset({"reason", "match", "kinds", "via", "files", "twin", "note"})
-
-
 def parse_decisions(text: str) -> Decisions:
     """kernel_decisions.yaml text -> Decisions (ValueError on an unknown reason or key)."""
     data = yaml.safe_load(text) or {}
     reasons = {str(k): str(v) for k, v in (data.get("reasons") or {}).items()}
     classes = []
+    names = lambda v: frozenset(v or ())  # noqa: E731
     for raw in data.get("classes") or ():
-        if set(raw) - _CLASS_KEYS or raw.get("reason") not in reasons:
-            raise ValueError(f"kernel_decisions.yaml: bad class {raw!r}")
-        classes.append(_Class(raw["reason"], re.compile(raw["match"]) if raw.get("match") else None,
-                              frozenset(raw.get("kinds") or ()), frozenset(raw.get("via") or ()),
-                              frozenset(raw.get("files") or ()), bool(raw.get("twin")), str(raw.get("note", ""))))
+        found = _Class(**entry_values(_Class, raw, "kernel_decisions.yaml", "class", kinds=names, via=names,
+                                      files=names, twin=bool, note=str,
+                                      match=lambda m: re.compile(m) if m else None))
+        if found.reason not in reasons:
+            raise ValueError(f"kernel_decisions.yaml: bad class {raw!r} (unknown reason)")
+        classes.append(found)
     checks = {}
     for cid, raw in (data.get("checks") or {}).items():
         if not isinstance(raw, dict) or raw.get("reason") not in reasons or not str(raw.get("note", "")).strip():

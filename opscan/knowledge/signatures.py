@@ -49,14 +49,7 @@ class Argument:
     def value(self):
         """The default as a Python value (None, a bool, a number, a list, a string, a reduction's int), or
         NO_DEFAULT (required, or a default such as `contiguous_format` that is no literal)."""
-        if self.default is None:
-            return NO_DEFAULT
-        if self.default in _ENUMS:
-            return _ENUMS[self.default]
-        try:
-            return ast.literal_eval(self.default)
-        except (ValueError, SyntaxError):
-            return NO_DEFAULT
+        return NO_DEFAULT if self.default is None else _literal(self.default)
 
     def __str__(self) -> str:
         return self.name if self.default is None else f"{self.name}={self.default}"
@@ -104,6 +97,18 @@ def parse_signatures(text: str) -> Signatures:
 
 def _arguments(fields: list[str], where: str) -> tuple[Argument, ...]:
     return () if fields[2:] == [_NONE] else tuple(Argument(*_split(f)) for f in fields[2:])
+
+
+@functools.lru_cache(maxsize=None)
+def _literal(default: str):
+    """A schema default's Python value, or NO_DEFAULT (read once per spelling: calls ask it for every argument)."""
+    if default in _ENUMS:
+        return _ENUMS[default]
+    try:
+        value = ast.literal_eval(default)
+    except (ValueError, SyntaxError):
+        return NO_DEFAULT
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _split(field: str) -> tuple[str, str | None]:

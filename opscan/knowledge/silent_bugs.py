@@ -29,7 +29,7 @@ from opscan.opkey import Macos, OpKey, Release, ReleaseRange, macos_text, parse_
 
 BUGS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "silent_bugs.yaml")
 CONDITION_KINDS = frozenset({"non-contiguous", "storage-offset", "channels-last", "stride", "size", "dtype", "rank",
-                   "cpu-meets-mps", "requires-grad", "macos", "chip"})
+                   "cpu-meets-mps", "requires-grad", "macos", "chip", "argument"})  # argument: a flag's value
 CHIPS = ("M1", "M2", "M3", "M4", "M5")
 CONFIDENCE = ("high", "medium", "low")
 OPEN = "open"

@@ -96,7 +96,7 @@ def mismatch(bug: SilentBug, call, kb) -> Classification:
             f"wrong values. Affected {bug.releases}, {fixed}; releases established ({bug.confidence} confidence): "
             f"{bug.established}")
     upgrade = (f"torch {bug.fixed_in} fixes it" if bug.fixed_in
-               else f"no torch release fixes it yet (open: pytorch/pytorch#{bug.issues[0]})")
+               else f"no torch release fixes it yet (open: {bug.source})")
     remedy = f"{bug.workaround} ({upgrade})"
     return Classification(Verdict.MISMATCH, Evidence(bug.rule, text, f"{bug.source}; opscan silent_bugs.yaml"),
                           remedy)

@@ -75,3 +75,20 @@ class _UsesGenerated(nn.Module):
 
 def generated():
     return _UsesGenerated(), torch.randn(2, 4)
+
+
+class _NewApis(nn.Module):
+    """Calls Python APIs torch 2.0.0 lacks (F.rms_norm: 2.4; torch.unravel_index: 2.2)."""
+
+    def __init__(self):
+        super().__init__()
+        self.loc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = torch.nn.functional.rms_norm(self.loc(x), (4,))
+        rows, cols = torch.unravel_index(torch.arange(4), (2, 2))
+        return h.sum() + (rows + cols).sum()
+
+
+def new_apis():
+    return _NewApis(), torch.randn(3, 4)

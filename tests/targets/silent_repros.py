@@ -778,15 +778,6 @@ def near_166746():
     return BceNone(2), (torch.randn(4, 3), torch.rand(4, 2))
 
 
-# 98191: argmax(dim=1) of an int64 tensor
-def repro_98191():
-    return _call(lambda x: x.argmax(dim=1), torch.randint(0, 100, (10, 2)))
-
-
-def near_98191():
-    return _call(lambda x: x.argmax(dim=1), torch.rand(10, 2))
-
-
 # 187017: median over the last dim of a rank-5 tensor
 def repro_187017():
     return _call(lambda x: x.median(dim=-1).values, torch.randn(2, 2, 2, 2, 5))
@@ -949,6 +940,74 @@ def near_175192():
     return _call(lambda a, b: torch.linalg.solve(a, b), torch.randn(3, 4, 4) + 3 * torch.eye(4), torch.randn(3, 4, 2))
 
 
+# test_mm_strided_output / PR #193385: torch.mm(a, b, out=buf[1]) (macOS 14's gather path)
+def _mm_into(sliced):
+    def mm_into(a, b, buf):
+        return torch.mm(a, b, out=buf[1] if sliced else buf[0].clone())
+    return _call(mm_into, torch.randn(4, 6), torch.randn(6, 5), torch.zeros(3, 4, 5))
+
+
+def repro_test_mm_strided_output():
+    return _mm_into(True)
+
+
+def near_test_mm_strided_output():
+    return _mm_into(False)
+
+
+# 188335: a 2-D convolution with a (1, 256) kernel (test_conv2d_filter_dim_ge_256)
+def repro_188335():
+    return nn.Conv2d(2, 2, kernel_size=(1, 256)), torch.randn(1, 2, 4, 300)
+
+
+def near_188335():
+    return nn.Conv2d(2, 2, kernel_size=(1, 255)), torch.randn(1, 2, 4, 300)
+
+
+# 153560: output[batch_idx] of the (11, 20064, 20064) bfloat16 bmm output (fake tensors)
+def _index_rows(n):
+    return _call(lambda x, idx: x[idx], torch.randn(11, 20064, n, dtype=torch.bfloat16), torch.tensor([3, 7]))
+
+
+def repro_153560():
+    return _index_rows(20064)
+
+
+def near_153560():
+    return _index_rows(19000)
+
+
+# 185119: nn.Embedding(10, 4, scale_grad_by_freq=True), trained
+def _freq_embedding(scale):
+    return nn.Embedding(10, 4, scale_grad_by_freq=scale), torch.tensor([[1, 2, 2, 5, 1], [3, 3, 3, 0, 9]])
+
+
+def repro_185119():
+    return _freq_embedding(True)
+
+
+def near_185119():
+    return _freq_embedding(False)
+
+
+# 189565 (PR #189565): F.linear(x (3840, 33), w (1, 33)).sum().backward(): the incoming gradient is expanded
+class OneOutput(nn.Module):
+    def __init__(self, out_features):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(out_features, 33))
+
+    def forward(self, x):
+        return F.linear(x, self.w).sum()
+
+
+def repro_189565():
+    return OneOutput(1), torch.randn(3840, 33)
+
+
+def near_189565():
+    return OneOutput(2), torch.randn(3840, 33)
+
+
 @dataclass(frozen=True)
 class Repro:
     """How to scan an entry's repro: an affected release, the macOS and chip it needs, and the step's mode."""
@@ -966,7 +1025,7 @@ REPROS = {
     "133520": Repro("2.4.0", train=True),
     "187117": Repro("2.12.0"),
     "145203": Repro("2.5.0", macos="15.0"),
-    "197636": Repro("2.14.1", fake=True),
+    "197636": Repro("2.14.1", macos="15.0", fake=True),  # below 15 the bmm tiling check raises first
     "189495": Repro("2.12.0", macos="15.0"),
     "163597": Repro("2.8.0", macos="15.0"),  # a non-contiguous query reaches the MPS kernel on macOS 15+ only
     "181133": Repro("2.10.0", macos="15.0"),
@@ -987,7 +1046,7 @@ REPROS = {
     "176767": Repro("2.11.0"),
     "174861": Repro("2.10.0"),
     "129207": Repro("2.4.0"),
-    "141471": Repro("2.5.0"),
+    "141471": Repro("2.5.0", macos="13.2"),  # below 13.2 MPS refuses Conv3D (kernel-conv3d-macos-13-2)
     "183825": Repro("2.12.0", train=True),
     "124096": Repro("2.13.0"),
     "182822": Repro("2.12.0"),
@@ -1008,20 +1067,19 @@ REPROS = {
     "189563": Repro("2.13.0"),
     "149951": Repro("2.7.0"),
     "160208": Repro("2.8.0"),
-    "144190": Repro("2.6.0"),
+    "144190": Repro("2.5.0"),
     "147889": Repro("2.6.0"),
     "176296": Repro("2.11.0"),
-    "151443": Repro("2.7.0"),
+    "151443": Repro("2.7.0", macos="14.0"),  # below 14 isin refuses int64 (kernel-floating-only-macos-14)
     "160738": Repro("2.8.0"),
     "189134": Repro("2.13.0"),
     "144245": Repro("2.6.0"),
     "160743": Repro("2.8.0"),
     "166746": Repro("2.9.0", train=True),
-    "98191": Repro("2.0.0"),
     "187017": Repro("2.13.0"),
     "95538": Repro("2.0.0"),
     "104879": Repro("2.0.0", macos="13.0"),  # below macOS 13 the kernel runs unique on the CPU itself
-    "96614": Repro("2.0.0"),
+    "96614": Repro("2.0.0", macos="13.2"),  # below 13.2 cumsum runs on the CPU (in-kernel fallback)
     "165257": Repro("2.9.0", macos="14.0"),
     "125803": Repro("2.3.0", macos="14.4", train=True, near=False),
     "190056": Repro("2.13.0", train=True),
@@ -1030,6 +1088,11 @@ REPROS = {
     "197114": Repro("2.14.1", macos="26.2"),
     "156792": Repro("2.12.0"),
     "124335": Repro("2.3.0", fake=True),
-    "90421": Repro("2.0.0"),
+    "90421": Repro("2.0.0", macos="13.0"),  # below 13 a multi-layer LSTM raises (kernel-lstm-multilayer)
     "175192": Repro("2.11.0", train=True),
+    "test_mm_strided_output": Repro("2.13.0", macos="14.0"),
+    "188335": Repro("2.12.0"),
+    "153560": Repro("2.7.0", macos="14.0", fake=True),  # bfloat16 needs macOS 14
+    "185119": Repro("2.12.0", train=True),
+    "189565": Repro("2.13.0", train=True),
 }

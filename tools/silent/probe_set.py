@@ -40,6 +40,12 @@ SETTLE = {
     "165257": ("forward", "range: 2.1.2, 2.2.2 and 2.10.0"),
     "149951": ("forward", "first affected release: 2.1.2 (fmax's first MPS kernel) and 2.6.0"),
     "151443": ("forward", "first affected release: 2.4.1 (isin's first MPS kernel) and 2.6.0"),
+    "188335": ("forward", "first affected release (an OS bug in MPSGraph's conv): 2.4.1, 2.8.0 and 2.12.0; fixed "
+                          "release: 2.14.1"),
+    "185119": ("training", "first affected release: 2.0.1 and 2.6.0 (the MPSGraph backward's TODO); fixed: 2.13.0"),
+    "189565": ("training", "range (open, reproduced on 2.13.0 only): 2.10.0, 2.12.0 and 2.14.1"),
+    "190056": ("training", "first affected release: 2.1.2, 2.6.0 and 2.9.1 (a dropout mask needs a fixed seed per "
+                           "forward, as the issue does)"),
 }
 
 

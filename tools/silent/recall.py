@@ -81,10 +81,15 @@ def render(result: dict) -> str:
              f"({result['noted_only']} more only as a note).", "",
              "| held-out bug | reported | predicted by |", "|---|---|---|"]
     for h in result["bugs"]:
-        by = ", ".join(f"#{i}" for i in h["predicted_by"]) or (
-            "note: " + ", ".join(f"#{i}" for i in h["noted_by"]) if h["noted_by"] else "—")
-        lines.append(f"| #{h['id']} {h['title']} | {h['reported']} | {by} |")
+        by = ", ".join(map(_ref, h["predicted_by"])) or (
+            "note: " + ", ".join(map(_ref, h["noted_by"])) if h["noted_by"] else "—")
+        lines.append(f"| {_ref(h['id'])} {h['title']} | {h['reported']} | {by} |")
     return "\n".join(lines) + "\n"
+
+
+def _ref(entry_id: str) -> str:
+    """#<issue> for an issue number, else the entry's id (a regression test's name)."""
+    return f"#{entry_id}" if entry_id.isdigit() else entry_id
 
 
 def main(argv=None) -> int:
