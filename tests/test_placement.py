@@ -346,6 +346,9 @@ def test_the_console_and_json_show_one_finding_per_host_tensor():
     assert {f["origin"]["name"] for f in found} == {"torch.arange", "TinyTagger.causal", "CLASS_WEIGHTS"}
     assert [f["site"]["line"] for f in found] == [37, 33, 21]  # each at the line that made the tensor
     assert all(f["met"] and f["fix"] and f["upstream"]["kind"] == "user-code" for f in found)
+    from opscan.cli.common import exit_code
+
+    assert exit_code(report, "error") == 1 and exit_code(report, None) == 0  # --fail-on error fails on them
 
 
 def test_every_kernel_check_a_rule_cites_is_in_kernel_checks():
