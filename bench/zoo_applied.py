@@ -470,3 +470,10 @@ def cached_decoder():
     with torch.no_grad():
         model(torch.randint(0, 64, (2, 6), generator=g))  # fills the cache, as the prompt's pass does
     return model, torch.randint(0, 64, (2, 1), generator=g)
+
+
+def device_tensors(model, inputs):
+    """The tensors this file's steps find on the device though no step moved them (opscan's target hook,
+    docs/targets.md): the KV cache cached_decoder's factory fills before the step, which a Mac script fills after
+    `model.to("mps")`, on MPS."""
+    return [t for t in (getattr(model, "cache_k", None), getattr(model, "cache_v", None)) if t is not None]

@@ -183,7 +183,7 @@ class _Recommender(nn.Module):
 
     def forward(self, history, offsets, item):
         x = torch.cat([self.bag(history, offsets), self.item(item)], 1)
-        return F.binary_cross_entropy_with_logits(self.mlp(x).squeeze(1), torch.ones(item.shape[0]))
+        return F.binary_cross_entropy_with_logits(self.mlp(x).squeeze(1), torch.ones(item.shape[0], device=x.device))
 
 
 def recommender():

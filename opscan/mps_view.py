@@ -130,9 +130,23 @@ def _forward_group(trace: Trace, group: Group) -> MpsCall:
     first = calls[0]
     return MpsCall(
         index=first.index, op=group.forward, phase=first.phase, module=group.module or first.module,
-        inputs=first.inputs, outputs=calls[-1].outputs, dtypes=group.dtypes, cpu_op=_primary(calls),
-        rule=group.rule, call=group.call,
+        inputs=first.inputs + _host_inputs(calls, first.inputs), outputs=calls[-1].outputs, dtypes=group.dtypes,
+        cpu_op=_primary(calls), rule=group.rule, call=group.call,
     )
+
+
+def _host_inputs(calls, given) -> tuple[TensorMeta, ...]:
+    """The host tensors the span's calls read that no call of it made (and `given` lacks): the group's op reads
+    them too, so the placement model sees them (a CPU weight of F.linear reaches _mps_linear)."""
+    made = {t.storage for c in calls for t in c.outputs}
+    seen = {t.storage for t in given}
+    out = []
+    for c in calls:
+        for t in c.inputs:
+            if t.host and t.storage not in made and t.storage not in seen:
+                seen.add(t.storage)
+                out.append(t)
+    return tuple(out)
 
 
 def _backward_by_node(findable) -> dict[int, list[OpCall]]:

@@ -241,12 +241,11 @@ def _trace(target, options: ScanOptions, kb, ctx, memory: bool) -> tuple[Any, An
     from opscan.predict.release_paths import span_ops
     from opscan.trace import TraceOptions, trace_step
     from opscan.trace.guard import user_step
-    from opscan.trace.moves import explicit_moves
 
     made: list = []  # the tracker trace_step's memory factory makes (one, when asked for)
     trace_options = TraceOptions(options.inference, options.dtype, options.fx, macos=kb.macos,
                                  release=Release.parse(kb.release).series_key, repeat=options.repeat)
-    with user_step(target.spec, ctx=ctx), explicit_moves():
+    with user_step(target.spec, ctx=ctx):
         trace = trace_step(target, trace_options, has_mps_kernel=has_mps_kernel(kb), expand=should_expand(kb),
                            memory=_tracking(made) if memory else None, spans=span_ops(), amp=amp_of(kb))
     return trace, (made[-1] if made else None)  # (the last: a short run that proved nothing is run again)

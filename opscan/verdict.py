@@ -75,3 +75,6 @@ class Classification:
     evidence: Evidence
     remedy: str | None = None
     since: str | None = None
+    # set when the placement model decided the verdict (predict/placement.py: a host tensor the kernel refuses, or
+    # one whose fate is not established): the call's classification were its tensors on the device, which the lane reads
+    hardware: Classification | None = None

@@ -202,6 +202,52 @@ def test_cudnn_benchmark_is_recorded_and_put_back(tmp_path):
     assert torch.backends.cudnn.benchmark == before
 
 
+def test_the_lines_that_raise_or_pick_the_cpu_are_findings_in_every_view(tmp_path):
+    """A DeviceFinding with a verdict is one finding of the report (no rows: the ops are judged as they run once the
+    line is fixed), shown once in the console, as a SARIF result and a GitHub annotation at its line, gated by
+    --fail-on, never an ISSUE.md; one without a verdict stays in the device_code section's record."""
+    import json
+
+    from opscan.cli.common import exit_code
+    from opscan.render.console import render_table
+    from opscan.render.gate import baseline_from
+    from opscan.render.github import render_github
+    from opscan.render.junit import render_junit
+    from opscan.render.sarif import render_sarif
+    from opscan.repro import render_files
+
+    report = scanned(tmp_path, with_model("""
+        def loss_fn(outputs, inputs):
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            return outputs.sum()
+    """))
+    line = line_of(report, "torch.cuda.synchronize()")
+    (found,) = report.findings  # the ignored empty_cache is no finding; every row is native
+    assert (found.rule, found.verdict.value, found.parts, found.ops) == ("device-cuda-synchronize", "error", (), ())
+    assert (found.site["file"], found.site["line"], found.site["text"]) == ("step.py", line, "torch.cuda.synchronize()")
+    assert found.code.asked == "torch.cuda.synchronize()" and found.fix == "torch.mps.synchronize()"
+    assert found.upstream.kind == "user-code" and not found.upstream.issue
+    assert json.loads(report.to_json())["findings"][0]["code"] == {"asked": "torch.cuda.synchronize()", "calls": 1,
+                                                                   "phase": "step"}
+    text = render_table(report, width=200)
+    assert text.count(f"[1] step.py:{line} in loss_fn: error") == 1 and "asked: torch.cuda.synchronize()" in text
+    assert "\nCode that picks a device, no finding" in text and "\\x0a" not in text  # its own line, not escaped
+    listed = text.split("Code that picks a device, no finding")[1]  # the record lists only the ignored call
+    assert "torch.cuda.empty_cache()" in listed and "torch.cuda.synchronize()" not in listed.split("Lane")[0]
+    (result,) = json.loads(render_sarif(report))["runs"][0]["results"]
+    assert result["ruleId"] == "device-cuda-synchronize"
+    assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == line
+    assert f"::error file=step.py,line={line},title=opscan%3A error on a Mac%3A torch.cuda.synchronize()::" in (
+        render_github(report))
+    assert exit_code(report, "error") == 1 and exit_code(report, "crash") == 0 and exit_code(report, None) == 0
+    junit = render_junit(report, fail_on="error")
+    assert 'failures="1"' in junit
+    assert '<testcase classname="opscan.code" name="torch.cuda.synchronize() at step.py' in junit
+    assert exit_code(report, None, baseline_from(report.to_dict(), "b.json")) == 0  # not new against itself
+    assert not [p for p in render_files({**report.to_dict(), "repro": {"findings": []}}) if p.endswith("ISSUE.md")]
+
+
 STEP_FOR_CUDA = MODEL.replace("return nn.Linear(4, 2)", "return nn.Linear(4, 2).to(DEVICE)") + """
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

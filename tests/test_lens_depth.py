@@ -22,6 +22,7 @@ from opscan.mps_view import mps_view
 from opscan.scan import ScanOptions, run_trace, scan
 from opscan.target.load import load_target
 from opscan.trace import hooks
+from opscan.trace.functions import StepFunctions
 from opscan.trace.lens import Lens
 from opscan.trace.questions import Questions
 from opscan.verdict import Verdict
@@ -80,7 +81,7 @@ def _top_level_only(monkeypatch):
         return lambda *a, **k: kernel(*a, **k) if handling and handling[-1] is python_api[name] \
             else op._op_dk(hooks.CIA_KEY, *a, **k)
 
-    monkeypatch.setattr(hooks.FastPathGate, "__torch_function__", gate)
+    monkeypatch.setattr(StepFunctions, "__torch_function__", gate)
     monkeypatch.setattr(hooks, "_kernel", blind)
 
 
@@ -138,8 +139,8 @@ def _encoder_layer_ops(gate: bool, monkeypatch) -> list[str]:
     """The dispatched ops of an nn.TransformerEncoderLayer in eval + inference_mode under the lens alone (as in
     a memory sizing run, where it is the only torch-function mode)."""
     if not gate:
-        monkeypatch.setattr(hooks.FastPathGate, "__enter__", lambda self: self)
-        monkeypatch.setattr(hooks.FastPathGate, "__exit__", lambda self, *exc: None)
+        monkeypatch.setattr(StepFunctions, "__enter__", lambda self: self)
+        monkeypatch.setattr(StepFunctions, "__exit__", lambda self, *exc: None)
     layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, batch_first=True).eval()
     ops = _Ops()
     with torch.inference_mode(), Lens(Questions(lambda op: True, macos=(14, 0))), ops:

@@ -33,6 +33,7 @@ from opscan.memory.tracker import track_step
 from opscan.opkey import OpKey
 from opscan.probe.texts import FALLBACK_WARNING
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker, backward_module
+from opscan.trace.functions import StepFunctions
 from opscan.trace.tensors import tensors_in
 
 ROOT = "(model)"
@@ -158,7 +159,8 @@ class PlacementRecorder:
         warnings.simplefilter("always")
         stack.callback(torch.set_warn_always, torch.is_warn_always_enabled())
         torch.set_warn_always(True)
-        for mode in (self._modules, self._mapper, self._phases, self._tracker, Copies(self), Requests(self)):
+        for mode in (self._modules, StepFunctions((self._mapper,)), self._phases, self._tracker, Copies(self),
+                     Requests(self)):
             stack.enter_context(mode)  # the requests mode last: it sees the caller's frame first
         return self
 

@@ -232,13 +232,19 @@ def check_writable(ctx: RunContext, out_dir: Path) -> None:
 
 
 def exit_code(report, fail_on: str | None, baseline=None) -> int:
-    from opscan.render.gate import failures
+    from opscan.render.gate import code_failures, failures
+    from opscan.report.where import at_text
 
     failing = failures(report.rows, fail_on, baseline)
     for i, why in list(failing.items())[:20]:
         row = report.rows[i]
         log.warning("fails: %s [%s] is %s (%s)", row.op.display, ",".join(row.dtypes), row.verdict.value, why)
-    return ExitCode.FINDINGS if failing else ExitCode.OK
+    code = code_failures(report.findings, fail_on, baseline)  # lines of code no row holds (device code)
+    for i, why in list(code.items())[:20]:
+        found = report.findings[i]
+        log.warning("fails: %s at %s is %s (%s)", found.summary(), at_text(found.site) or "(no line)",
+                    found.verdict.value, why)
+    return ExitCode.FINDINGS if failing or code else ExitCode.OK
 
 
 def configure_logging(level: int) -> None:

@@ -40,7 +40,9 @@ class ReasonKind(str, enum.Enum):
     TRANSFER = "transfer"  # bytes the step copies between host and device
     MEMORY = "memory"  # the memory estimate's fit on Macs
     COMPARISON = "comparison"  # accept: a comparison with the reference failed
-    PLACEMENT = "placement"  # accept: parameters or optimizer state off the target device
+    # the scan: host tensors the user's code hands MPS kernels (report/placement.py), which never decide the lane;
+    # accept: parameters or optimizer state off the target device
+    PLACEMENT = "placement"
     DEVICE = "device"  # accept: which device was measured, and what that says about MPS
 
     def __str__(self) -> str:
@@ -122,13 +124,58 @@ def decide_lane(rows: tuple, heavy: tuple[Reason, ...] = (), memory: dict[str, s
     """
     fit = (memory or {}).get("fit")
     why = lambda level: (Reason(ReasonKind.MEMORY, memory["reason"]),) if fit == level else ()  # noqa: E731
-    linux = [(i, r) for i, r in enumerate(rows) if r.verdict in _LINUX]
+    placed = placement_reasons(rows)
+    linux = [(i, r) for i, r in enumerate(rows) if _lane_verdict(r) in _LINUX]
     if linux or heavy or fit == "does_not_fit":
-        return Lane(LaneName.LINUX_GPU_FIRST, (*_cited(linux), *heavy, *why("does_not_fit")), source)
-    dual = [(i, r) for i, r in enumerate(rows) if r.verdict in _DUAL]
+        return Lane(LaneName.LINUX_GPU_FIRST, (*placed, *_cited(linux), *heavy, *why("does_not_fit")), source)
+    dual = [(i, r) for i, r in enumerate(rows) if _lane_verdict(r) in _DUAL]
     if dual or fit == "tight":
-        return Lane(LaneName.DUAL_TRACK, (*_cited(dual), *why("tight")), source)
-    return Lane(LaneName.MAC_FIRST, (Reason(ReasonKind.ROW, f"all {len(rows)} rows are native"), *why("fits")), source)
+        return Lane(LaneName.DUAL_TRACK, (*placed, *_cited(dual), *why("tight")), source)
+    native = sum(1 for r in rows if getattr(r, "placement", None) is None)
+    return Lane(LaneName.MAC_FIRST, (*placed, Reason(ReasonKind.ROW, f"all {native} other rows are native" if placed
+                                                     else f"all {len(rows)} rows are native"), *why("fits")), source)
+
+
+def _lane_verdict(row) -> Verdict:
+    """A row's verdict for the lane: apart from its placement findings (a bug of the user's code, not of MPS)."""
+    return getattr(row, "lane_verdict", row.verdict)
+
+
+FIXES_LEAD = "once the"  # how the placement model's lane reason begins (is_host_reason)
+
+
+def is_host_reason(reason: Reason) -> bool:
+    """Whether a lane reason is the placement model's (host tensors), not another `placement` one (code that picks
+    a device, report/device_code.py; accept's)."""
+    return reason.kind == ReasonKind.PLACEMENT and reason.row is None and (
+        reason.text.startswith(FIXES_LEAD) or " host tensor" in reason.text.split(";", 1)[0])
+
+
+def placement_reasons(rows) -> tuple[Reason, ...]:
+    """The lane's placement reason: the host tensors the user's code hands MPS kernels (report/placement.py: each a
+    finding at the line that made it, its row's `causes`), which the lane is decided without; () when there are
+    none."""
+    errors, open_ = {}, {}
+    for row in rows:
+        found = getattr(row, "placement", None)
+        if found is None:
+            continue
+        into = errors if found["verdict"] == Verdict.ERROR.value else open_
+        for o in getattr(row, "causes", ()):
+            into.setdefault((o.get("file"), o.get("line"), o.get("name")), None)
+    open_ = {k: None for k in open_ if k not in errors}
+    if not errors and not open_:
+        return ()
+    parts = []
+    if errors:
+        n = len(errors)
+        parts.append(f"{FIXES_LEAD} {n} placement fix{'es' if n > 1 else ''} {'are' if n > 1 else 'is'} made "
+                     f"(your step as written raises on a Mac)")
+    if open_:
+        n = len(open_)
+        parts.append(f"{n} host tensor{'s' if n > 1 else ''} reach{'' if n > 1 else 'es'} MPS kernels that may refuse "
+                     f"{'them' if n > 1 else 'it'} (not established: see the placement findings)")
+    return (Reason(ReasonKind.PLACEMENT, "; ".join(parts)),)
 
 
 def _cited(rows) -> tuple[Reason, ...]:

@@ -7,6 +7,8 @@ and the estimate see the same calls and the peak can be named by the recorder's 
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from typing import Any
 
 from opscan.memory.batch import Stand, batch_of, scaled_runs
@@ -45,7 +47,23 @@ def estimate_memory(target, trace, view, kb, tracker, dtype: str | None, inferen
         bf16_curve = fit_curve(tuple((r.batch, r.bf16_curve) for r in scaling.runs), est.batch, est.bf16_peak)
     fits = size_macs(est.peak.bytes, est.bf16_peak, curve, bf16_curve, kb.macos[0])
     blocked = () if dtype else blockers(view, kb)
-    return memory_section(est, fits, scaling.to_dict(), macos_text(kb.macos), blocked, dtype)
+    return memory_section(est, fits, _placed(scaling, trace).to_dict(), macos_text(kb.macos), blocked, dtype)
+
+
+def _placed(scaling, trace):
+    """The scaling, its note naming the step's host tensors that meet its device tensors (the placement model) when
+    the sizing runs failed and there are such: what stops them is then most likely the user's placement bug."""
+    met = trace.met_device()
+    if scaling.runs or not met:
+        return scaling
+    names = ", ".join(f"{h.name or 'a tensor made before the step'}"
+                      f"{f' {os.path.basename(h.where.file)}:{h.where.line}' if h.where and h.where.file else ''}"
+                      for h in met[:4]) + (", …" if len(met) > 4 else "")
+    many = len(met) > 1
+    note = (f"{scaling.note} — the step keeps {len(met)} tensor{'s' if many else ''} on the CPU that "
+            f"meet{'' if many else 's'} its device tensors, as on a Mac ({names}: the placement findings); fix "
+            f"{'them' if many else 'it'} and the sizing runs")
+    return dataclasses.replace(scaling, note=note)
 
 
 def where_of(calls):

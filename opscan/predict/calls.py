@@ -3,13 +3,14 @@
 Wraps `predict.rules.predict_op` with what the view knows and the classifier doesn't: a composite's
 recorded callees, metadata-only views, the shapes the kernel checks need, sparse layouts (judged by
 predict/sparse.py from the release's SparseMPS registrations, never by the dense kernel) and the known
-silent-correctness bugs a call's arguments meet (predict/silent.py: a predicted `mismatch`). One verdict per call;
+silent-correctness bugs a call's arguments meet (predict/silent.py: a predicted `mismatch`), and the placement model
+(predict/placement.py: a host tensor an MPS kernel refuses is an `error` of the user's code). One verdict per call;
 a report row takes the worst of its calls.
 """
 
 from __future__ import annotations
 
-from opscan.predict import release_paths, silent
+from opscan.predict import placement, release_paths, silent
 from opscan.predict.bind import arguments, recording
 from opscan.predict.runtime_checks import needs_args, note_from_shapes
 from opscan.predict.dtype_rules import NO_MPS_DTYPES
@@ -82,12 +83,18 @@ def predict_call(call: MpsCall, kb: Knowledge, cache: dict) -> Classification:
     key = (call.op, call.dtypes, call.callees, repr(note), call.cpu_op, call.rule, repr(args), call.registration)
     if key not in cache:
         cache[key] = _classify(call, kb, note, args)
+    found = cache[key]
     layout = silent.key(call)  # what a silent-bug condition reads: judged apart, so that the classification
-    if layout is None:  # above stays shared by every call of the op whatever its strides and offsets
-        return cache[key]
-    if (key, layout) not in cache:
-        cache[(key, layout)] = silent.silent_verdict(call, kb, cache[key])
-    return cache[(key, layout)]
+    if layout is not None:  # above stays shared by every call of the op whatever its strides and offsets
+        if (key, layout) not in cache:
+            cache[(key, layout)] = silent.silent_verdict(call, kb, found)
+        found = cache[(key, layout)]
+    placed = placement.placement_key(call)  # where the user's code puts the call's tensors: judged last (a host
+    if placed is None:  # tensor a kernel refuses is the user's bug: predict/placement.py)
+        return found
+    if (key, layout, placed) not in cache:
+        cache[(key, layout, placed)] = placement.placed(call, kb, found)
+    return cache[(key, layout, placed)]
 
 
 def _classify(call: MpsCall, kb: Knowledge, note, args=None) -> Classification:

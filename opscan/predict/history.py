@@ -146,7 +146,7 @@ def distinct_calls(view, verdicts) -> tuple[dict[OpDtypes, list], dict[OpDtypes,
     stands for all; the rest are never judged again (cheap on a trace of 10^4 calls)."""
     questions: dict[int, tuple] = {}
     for call, found in zip(view, verdicts):
-        questions.setdefault(id(found), (call, found))
+        questions.setdefault(id(found), (call, found.hardware or found))  # MPS's, apart from placement
     rows: dict[OpDtypes, list] = {}
     worst: dict[OpDtypes, Verdict] = {}
     for call, found in questions.values():
@@ -163,7 +163,11 @@ def call_classifier(memo: PredictMemo | None = None) -> Callable[[object, Knowle
     from opscan.predict.calls import predict_call
 
     memo = PredictMemo() if memo is None else memo
-    return lambda call, kb: predict_call(call, kb, memo.verdicts(kb))
+
+    def classify(call, kb: Knowledge) -> Classification:
+        found = predict_call(call, kb, memo.verdicts(kb))
+        return found.hardware or found  # since and upgrades are MPS's, apart from where the user's code puts tensors
+    return classify
 
 
 def since_and_upgrade(view, verdicts, kb: Knowledge, memo: PredictMemo | None = None

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape as markup_escape
 from rich.tree import Tree
 
+from opscan.graph.lanes import is_host_reason
 from opscan.opkey import signature_text
 from opscan.render.console_layout import finding_entry, findings_table, rows_table
 from opscan.render.device_code import device_code_lines
@@ -77,7 +78,7 @@ def render_table(report: Report, *, verbose: bool = False, tree: bool = False, w
         text = section(report)
         if text:
             console.print(text, overflow="fold")
-    console.print(_lane(report))
+    console.print(_lane(report), overflow="fold")
     console.print(_next(report), overflow="fold")
     return inert_commands(buf.getvalue())  # a cell folded at `::` starts no workflow command
 
@@ -90,8 +91,10 @@ def _markup(lines) -> str:
 
 def _findings_line(report: Report) -> str:
     findings, rows = report.findings, [r for r in report.rows if r.verdict.rank > 0]
+    code = sum(1 for f in findings if not f.parts)  # lines that pick a device: no ops of their own
+    also = f"; {code} of them a line that picks a device" if code else ""
     return (f"Findings: {len(findings)} cause{'s' * (len(findings) != 1)} (a line of your code and a rule; "
-            f"{len(rows)} of {len(report.rows)} ops, {sum(r.calls for r in rows)} calls), most severe first")
+            f"{len(rows)} of {len(report.rows)} ops, {sum(r.calls for r in rows)} calls{also}), most severe first")
 
 
 def _rows(report: Report, width: int):
@@ -261,9 +264,11 @@ def _device_code(report: Report) -> str:
 
 
 def _lane(report: Report) -> str:
+    hosts = [r.text for r in report.lane.why if is_host_reason(r)]  # the placement model's: on the lane's line
     colour = LANE_STYLE.get(report.lane.name, "bold")
-    lines = [f"Lane ({report.mode}): [{colour}]{escape(report.lane.name)}[/]"]
-    reasons = report.lane.reasons
+    lines = [f"Lane ({report.mode}): [{colour}]{escape(report.lane.name)}[/]"
+             + (f" — {escape(hosts[0])}" if hosts else "")]
+    reasons = [r.text for r in report.lane.why if not is_host_reason(r)]
     lines += [f"  - {escape(r.split(': ', 1)[0])}" for r in reasons[:10]]
     if len(reasons) > 10:
         lines.append(f"  … and {len(reasons) - 10} more rows (see report.json)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from opscan.opkey import signature_text
-from opscan.report.where import at_text
+from opscan.report.where import at_text, short_place
 
 Segment = tuple[str, str | None]
 Line = tuple[Segment, ...]
@@ -82,7 +82,8 @@ def findings_table(findings, width: int) -> list[Line]:
     """One row per finding: its number, verdict, the user's line, its ops, calls and phases."""
     columns = [Column("#"), Column("verdict", styled=True), Column("where", sub=1),
                Column("ops", shrink=20), Column("calls", sub=2), Column("phases", sub=2)]
-    cells = [[str(n), f.verdict.value, site_text(f.site), _ops(f), str(f.calls), phases_text(f.phases)]
+    cells = [[str(n), f.verdict.value, site_text(f.site), _ops(f), str(f.calls),
+              phases_text(f.phases) or (f.code.phase if f.code else "")]
              for n, f in enumerate(findings, 1)]
     return grid(columns, cells, [f.verdict.value for f in findings], width)
 
@@ -110,6 +111,8 @@ def _other(row) -> str:
 
 def _ops(finding) -> str:
     ops = finding.ops
+    if not ops:
+        return finding.code.asked if finding.code else ""
     return ops[0] + (f" (+{len(ops) - 1})" if len(ops) > 1 else "") if len(", ".join(ops)) > 48 else ", ".join(ops)
 
 
@@ -130,8 +133,9 @@ def site_text(site: dict | None) -> str:
 
 
 def finding_entry(number: int, finding, rows) -> list[Line]:
-    """A finding's "why, and what to do": where, the source line, its ops, why, the rule, the fix, upstream."""
-    first = rows[finding.parts[0].row]
+    """A finding's "why, and what to do": where, the source line, its ops (or what the line asked, when no row holds
+    it), where a tensor made there met MPS kernels, why, the rule, the fix, upstream."""
+    first = rows[finding.parts[0].row] if finding.parts else None
     lines: list[Line] = [(("[" + str(number) + "] " + _heading_place(finding.site) + ": ", None),
                           (finding.verdict.value, finding.verdict.value), (f" ({finding.source.value})", None))]
     site = finding.site or {}
@@ -141,16 +145,28 @@ def finding_entry(number: int, finding, rows) -> list[Line]:
         lines.append(((f"    via {_via(site['via'])}", None),))
     parts = "; ".join(f"{p.op.display} [{signature_text(p.dtypes)}] ({', '.join(p.phases)}, {p.calls} call"
                       f"{'s' * (p.calls != 1)})" for p in finding.parts)
-    lines.append(((f"    ops: {parts}", None),))
+    if parts:
+        lines.append(((f"    ops: {parts}", None),))
+    if finding.code is not None:
+        code = finding.code
+        lines.append(((f"    asked: {code.asked} ({code.phase}, {code.calls} call{'s' * (code.calls != 1)})", None),))
+    if finding.met:
+        lines.append(((f"    met MPS kernels at: {met_text(finding.met)}", None),))
     lines.append(((f"    why: {finding.why}", None),))
     lines.append(((f"    rule: {finding.rule} · source: {finding.evidence_source}", None),))
     lines += [((text, None),) for text in _measured_lines(first)]
-    if first.cpu_op is not None:
+    if first is not None and first.cpu_op is not None:
         lines.append(((f"    CPU trace shows: {first.cpu_op.display}", None),))
     if finding.fix:
         lines.append(((f"    fix: {finding.fix}", None),))
     lines.append(((f"    upstream: {finding.upstream.text}", None),))
     return lines
+
+
+def met_text(met) -> str:
+    """"host_tensor.py:38 in TinyTagger.forward (forward, backward); …": where a cause's calls were made."""
+    return "; ".join(f"{short_place(m)} in {m.get('function')} ({', '.join(m.get('phases') or ())})"
+                     if m.get("file") else short_place(m) for m in met)
 
 
 def _heading_place(site: dict | None) -> str:
@@ -167,6 +183,8 @@ def _via(via: dict) -> str:
 
 
 def _measured_lines(row) -> list[str]:
+    if row is None:
+        return []
     if row.predicted:
         return [f"    predicted: {row.predicted['verdict']} ({row.predicted['evidence']['rule']})"]
     if row.measured:

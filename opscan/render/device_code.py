@@ -1,9 +1,10 @@
-"""Render stage: the report's `device_code` section as console lines (report/device_code.py builds it).
+"""Render stage: the report's `device_code` entries no finding holds, as console lines (report/device_code.py
+builds the section; those with a verdict — `raises`, `cpu` — are findings, listed with the others).
 
-    Code that picks a device, as a Mac runs it (torch 2.14.1):
-      1. train.py:4 in <module> · torch.cuda.is_available() · cpu
-         torch.cuda.is_available() is False on a Mac, so this picks the CPU: ...
-         MPS: "cuda" if torch.cuda.is_available() else "mps" if ...
+    Code that picks a device, no finding: what a Mac does there (torch 2.14.1; ...):
+      1. train.py:9 in <module> · torch.backends.cudnn.benchmark = ... · ignored
+         cuDNN does not exist on a Mac: ...
+         MPS: ...
 
 Pure: a function of the Report; text escaped by the caller's `escape` (console.py).
 """
@@ -14,14 +15,14 @@ SHOWN_FINDINGS = 12  # findings listed; the rest are counted (report.json has th
 
 
 def device_code_lines(report) -> list[str]:
-    """The section's lines ([] without findings)."""
+    """The lines of the section's entries without a verdict ([] when there are none)."""
     section = report.device_code or {}
-    findings = section.get("findings") or []
+    findings = [f for f in section.get("findings") or [] if not f.get("verdict")]
     if not findings:
         return []
     release = report.assumptions.get("torch_release")
-    lines = [f"\nCode that picks a device, as a Mac runs it (torch {release}; each one's source: report.json "
-             "device_code):"]
+    lines = ["", f"Code that picks a device, no finding: what a Mac does there (torch {release}; each one's source: "
+                 "report.json device_code):"]  # a line of its own: console.py escapes each line, a "\n" too
     for number, f in enumerate(findings[:SHOWN_FINDINGS], 1):
         where = f"{f['file']}:{f['line']} in {f['function']}" if f.get("file") else _via(f)
         times = f" ×{f['calls']}" if f.get("calls", 1) > 1 else ""

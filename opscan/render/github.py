@@ -56,8 +56,11 @@ def render_github(report: Report, **_) -> str:
 
 
 def _annotation(finding: Finding, level: str, report: Report) -> str:
-    ops = finding.ops
-    title = f"opscan: {finding.verdict.value} on MPS: {ops[0]}" + (f" (+{len(ops) - 1} ops)" if len(ops) > 1 else "")
+    ops, verdict = finding.ops, finding.verdict.value
+    if ops:
+        title = f"opscan: {verdict} on MPS: {ops[0]}" + (f" (+{len(ops) - 1} ops)" if len(ops) > 1 else "")
+    else:  # a line of code no row holds (device code)
+        title = f"opscan: {verdict} on a Mac: {finding.summary() or finding.rule}"
     if not located(finding.site):
         return workflow_command(level, message(finding, report), title=title)
     return workflow_command(level, message(finding, report), file=finding.site["file"], line=finding.site["line"],

@@ -17,7 +17,7 @@ from opscan.trust.text import html_text as escape
 from opscan.opkey import signature_text
 from opscan.report import Report
 from opscan.report.findings import Finding
-from opscan.report.where import place_text, short_places
+from opscan.report.where import place_text, short_place, short_places
 from opscan.render.html_assets import ERROR_HOOK, PAGE_SCRIPT, STYLE
 from opscan.render.html_memory import memory_html
 from opscan.render.svg import neighbourhood_svg
@@ -85,7 +85,7 @@ def _findings(report: Report) -> str:
 
 
 def _finding(number: int, finding: Finding, rows, drawn: list, order, types, transfers) -> str:
-    first = rows[finding.parts[0].row]
+    first = rows[finding.parts[0].row] if finding.parts else None
     lines = [f"<h3>[{number}] {_site_html(finding.site)} — {_v(finding.verdict.value)} "
              f'<span class="small">({escape(finding.source.value)})</span></h3>']
     if (finding.site or {}).get("text"):
@@ -93,10 +93,17 @@ def _finding(number: int, finding: Finding, rows, drawn: list, order, types, tra
     parts = "".join(f'<li><a href="#op-{p.row}">{escape(p.op.display)}</a> <code>{escape(signature_text(p.dtypes))}'
                     f"</code> {_v(p.verdict.value)} <span class=\"small\">({escape(', '.join(p.phases))}, "
                     f"{p.calls} call{'s' * (p.calls != 1)})</span></li>" for p in finding.parts)
+    if finding.code is not None:
+        parts += (f"<li><code>{escape(finding.code.asked)}</code> <span class=\"small\">({escape(finding.code.phase)}"
+                  f", {finding.code.calls} call{'s' * (finding.code.calls != 1)})</span></li>")
+    if finding.met:
+        lines.append('<p class="small">met MPS kernels at: '
+                     + "; ".join(f"<code>{escape(place_text(m, via=False) or short_place(m))}</code>"
+                                 for m in finding.met) + "</p>")
     lines += [f"<ul class=\"parts\">{parts}</ul>", f"<p>{escape(finding.why)}</p>",
               f'<p class="small">rule {escape(finding.rule)} · source: {escape(finding.evidence_source)} · '
               f"modules: {escape(', '.join(m or '(model)' for m in finding.modules[:5]))} · {finding.calls} calls</p>"]
-    if first.cpu_op is not None:
+    if first is not None and first.cpu_op is not None:
         lines.append(f'<p class="small">CPU trace shows {escape(first.cpu_op.display)}</p>')
     if finding.fix:
         lines.append(f"<p><b>Fix:</b> {escape(finding.fix)}</p>")
@@ -111,8 +118,9 @@ def _finding(number: int, finding: Finding, rows, drawn: list, order, types, tra
         b, s = sum(r["bytes"] for r in moved), sum(r["syncs"] for r in moved)
         lines.append(f"<p><b>Per step:</b> {human_bytes(b)} copied between host and device, {s} syncs</p>")
     lines += [f'<div class="graph-box">{neighbourhood_svg(nb, order, types)}</div>' for nb in drawn]
-    return (f'<article class="card finding" id="finding-{finding.parts[0].row}" data-row="{finding.parts[0].row}">'
-            f'{"".join(lines)}</article>')
+    anchor = (f'id="finding-{finding.parts[0].row}" data-row="{finding.parts[0].row}"' if finding.parts
+              else f'id="finding-n{number}"')
+    return f'<article class="card finding" {anchor}>{"".join(lines)}</article>'
 
 
 def _site_html(site: dict | None) -> str:

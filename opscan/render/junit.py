@@ -2,8 +2,9 @@
 
 One <testcase> per row (classname: the module it was first seen in, name: OpKey and dtype signature);
 a row that fails the gate (baseline.failures: at or above --fail-on, or new/worse than --baseline) gets a
-<failure>, every other non-native row passes with its verdict in <system-out>. Validated against the
-Jenkins junit-10.xsd that CI servers read (tests/schemas/junit-10.xsd).
+<failure>, every other non-native row passes with its verdict in <system-out>. A finding no row holds (a line of
+code that picks a device, report/findings.py) is a <testcase> of its own (classname `opscan.code`), gated alike.
+Validated against the Jenkins junit-10.xsd that CI servers read (tests/schemas/junit-10.xsd).
 """
 
 from __future__ import annotations
@@ -11,16 +12,19 @@ from __future__ import annotations
 from xml.sax.saxutils import quoteattr as _quoteattr
 
 from opscan.opkey import signature_text
-from opscan.render.gate import failures
+from opscan.render.gate import code_failures, failures
 from opscan.report import Report, Row
+from opscan.report.where import at_text
 from opscan.trust.text import xml_text
 
 
 def render_junit(report: Report, *, fail_on: str | None = None, baseline=None, **_) -> str:
     """JUnit XML of the report; failures as the exit code would count them."""
     failing = failures(report.rows, fail_on, baseline)
+    code = code_failures(report.findings, fail_on, baseline)
     cases = [_case(row, failing.get(i)) for i, row in enumerate(report.rows)]
-    attrs = (f'name={quoteattr("opscan " + report.model)} tests="{len(cases)}" failures="{len(failing)}" '
+    cases += [_code_case(f, code.get(i)) for i, f in enumerate(report.findings) if not f.parts]
+    attrs = (f'name={quoteattr("opscan " + report.model)} tests="{len(cases)}" failures="{len(failing) + len(code)}" '
              f'errors="0" time="0"')
     return ('<?xml version="1.0" encoding="UTF-8"?>\n'
             f'<testsuites {attrs}>\n<testsuite {attrs} skipped="0">\n<properties>\n'
@@ -47,6 +51,18 @@ def _case(row: Row, why: str | None) -> str:
     else:
         body = f"<system-out>{_text(text)}</system-out>" if row.verdict.rank else ""
     return f'<testcase classname={classname} name={name} time="0">{body}</testcase>\n'
+
+
+def _code_case(finding, why: str | None) -> str:
+    name = quoteattr(f"{finding.summary()} at {at_text(finding.site) or '(no line)'}")
+    text = f"{finding.verdict.value} ({finding.source.value}): {finding.why}" + (
+        f"\nfix: {finding.fix}" if finding.fix else "")
+    if why is not None:
+        message = quoteattr(f"{finding.verdict.value}: {why}")
+        body = f"<failure type={quoteattr(finding.verdict.value)} message={message}>{_text(text)}</failure>"
+    else:
+        body = f"<system-out>{_text(text)}</system-out>"
+    return f'<testcase classname="opscan.code" name={name} time="0">{body}</testcase>\n'
 
 
 def quoteattr(text: str) -> str:

@@ -8,9 +8,10 @@ its line makes and what happens to them on MPS, what to do and where it belongs 
 `physicalLocation` with the file relative to the project folder (`uriBaseId` PROJECTROOT), `region.startLine` and
 the line's text as `region.snippet`. A finding no line of the user's code caused (a module target such as
 `torchvision.models:resnet18`), or made in a notebook's cell, has no location; the library's own line (`via`) is
-said in the message. `partialFingerprints` keys a result by its file, function, the line's text and rule (not the
-line's number), so a rerun matches it after lines above it moved. Validated against the OASIS SARIF 2.1.0 schema in
-tests/test_ci_formats.py.
+said in the message. A finding whose line made a tensor that met MPS kernels elsewhere (a placement finding) lists
+those lines as `relatedLocations`. `partialFingerprints` keys a result by its file, function, the line's text and
+rule (not the line's number), so a rerun matches it after lines above it moved. Validated against the OASIS SARIF
+2.1.0 schema in tests/test_ci_formats.py.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from urllib.parse import quote
 
 from opscan.report import Report
 from opscan.report.findings import Finding
+from opscan.report.where import short_place
 from opscan.trust.text import sarif_text, strict_json
 from opscan.verdict import Verdict
 
@@ -75,6 +77,10 @@ def _result(finding: Finding, index: int, report: Report) -> dict[str, Any]:
     }
     if located(finding.site):
         result["locations"] = [_location(finding.site)]
+    met = [m for m in finding.met if located(m)]  # a tensor made at its line met MPS kernels at these
+    if met:
+        result["relatedLocations"] = [{**_location(m), "id": i, "message": {"text": "met MPS kernels here"}}
+                                      for i, m in enumerate(met)]
     return result
 
 
@@ -101,8 +107,12 @@ def message(finding: Finding, report: Report) -> str:
     where it belongs upstream."""
     release = report.assumptions.get("torch_release")
     calls = f"{finding.calls} call{'s' * (finding.calls != 1)}"
-    calls += " made at this line" if located(finding.site) else ""
-    text = _sentence(f"{finding.summary()}: {finding.verdict.value} on MPS ({finding.source.value} for torch "
+    if finding.met:  # the line made a tensor; the calls that read it were made elsewhere
+        calls += " reading the tensor made at this line, at " + ", ".join(short_place(m) for m in finding.met)
+    elif located(finding.site):
+        calls += " made at this line"
+    where = "MPS" if finding.parts else "a Mac"  # a finding no row holds is about the code (device code)
+    text = _sentence(f"{finding.summary()}: {finding.verdict.value} on {where} ({finding.source.value} for torch "
                      f"{release}; {calls}): {finding.why}")
     if finding.fix:
         text += " " + _sentence(f"Fix: {finding.fix}")

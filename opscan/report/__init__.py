@@ -23,7 +23,8 @@ from opscan.verdict import Classification, Evidence, Source, Verdict
 SCHEMA_VERSION = 4  # 2: lane.why (kind, row, text) and lane.source beside lane.reasons; `source` in every section;
 # mode "simulated"; measurement.simulated; comparisons may be unchecked (within null) or by shape. 3: a row's `where`
 # (the user's lines that made its calls, report/where.py). 4: `findings` (one per cause: the user's line and the
-# rule, report/findings.py), a `where` entry's `text` and `cell`, a row's optional `causes`; `device_code`
+# rule, report/findings.py: a row's, or a line of code no row holds), a `where` entry's `text` and `cell`, a row's
+# optional `causes` and `placement` (report/placement.py); `device_code`
 SECTIONS = ("graph", "transfers", "upgrade", "memory", "measurement", "repro", "device_code")  # optional, JSON order
 
 
@@ -47,15 +48,20 @@ class Row:
     measured: dict[str, Any] | None = None  # the probes' measurement (on MPS, or on cpu/cuda beside the prediction)
     silent: dict[str, Any] | None = None  # a known silent bug decided it: the entry and the calls meeting it
     where: tuple[dict[str, Any], ...] = ()  # the user's lines that made its calls, in step order (report/where.py)
+    # the placement model decided some of its calls: its verdict and rule for them, and the row's verdict apart from
+    # them, which the lane reads (report/placement.py)
+    placement: dict[str, Any] | None = None
     # the lines that caused its calls when they are not where the calls were made (a CPU tensor's creation: its
-    # finding goes there, report/findings.py); entries shaped like `where`'s (file, line, function, text, ...)
+    # finding goes there, report/findings.py); entries shaped like `where`'s (file, line, function, text, ...), a
+    # host tensor's with what it is, the fix and where it met MPS kernels (report/placement.py)
     causes: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (contract field names); `predicted`/`measured` only when probes ran, `silent` only when a
-        known silent-correctness bug decided the row (predict/silent.py), `causes` only when the row names them."""
+        known silent-correctness bug decided the row (predict/silent.py), `placement` only when the placement model
+        decided some of its calls (report/placement.py), `causes` only when the row names them."""
         extra = {k: v for k, v in (("predicted", self.predicted), ("measured", self.measured),
-                                   ("silent", self.silent)) if v is not None}
+                                   ("silent", self.silent), ("placement", self.placement)) if v is not None}
         if self.causes:
             extra["causes"] = [dict(c) for c in self.causes]
         return {
@@ -75,6 +81,12 @@ class Row:
             "where": [dict(p, phases=list(p["phases"])) for p in self.where],
             **extra,
         }
+
+    @property
+    def lane_verdict(self) -> Verdict:
+        """The verdict the lane reads: the row's own, or — when the placement model decided some of its calls (a
+        bug of the user's code, not a limit of MPS) — its verdict apart from them."""
+        return self.verdict if self.placement is None else Verdict(self.placement["hardware_verdict"])
 
     @property
     def disagrees(self) -> bool:
@@ -130,7 +142,8 @@ class Report:
     def findings(self) -> tuple[Finding, ...]:
         """One finding per cause — the user's line and the rule — most severe first, ties in step order
         (report/findings.py): what every view lists."""
-        return build_findings(self.rows, self.assumptions.get("torch_release"))
+        return build_findings(self.rows, self.assumptions.get("torch_release"),
+                              (self.device_code or {}).get("findings") or ())
 
     @property
     def finding_rows(self) -> tuple[Row, ...]:
@@ -187,6 +200,8 @@ class RowUse:
     shapes: tuple[tuple[int, ...], ...]
     silent: dict[str, Any] | None = None  # report/silent.py: the silent bug that decided the row, its calls
     where: tuple[dict[str, Any], ...] = ()  # report/where.py
+    placement: dict[str, Any] | None = None  # report/placement.py
+    causes: tuple[dict[str, Any], ...] = ()  # report/placement.py: the lines that made its host tensors
 
 
 def make_row(use: RowUse, found: Classification, source: Source = Source.PREDICTED) -> Row:
@@ -195,7 +210,7 @@ def make_row(use: RowUse, found: Classification, source: Source = Source.PREDICT
         op=use.op, dtypes=use.dtypes, verdict=found.verdict, source=source,
         evidence=found.evidence, remedy=found.remedy, since=found.since, cpu_op=use.cpu_op,
         phases=use.phases, modules=use.modules, calls=use.calls, shapes=use.shapes, silent=use.silent,
-        where=use.where,
+        where=use.where, placement=use.placement, causes=use.causes,
     )
 
 

@@ -43,7 +43,7 @@ def report_rows(prepared, predicted: list, since: dict, measurement) -> tuple:
 
     kb, target, trace, view = prepared.kb, prepared.target, prepared.trace, prepared.view
     rows = tuple(make_row(use, with_since(found, since.get((use.op, use.dtypes)), kb.release))
-                 for use, found in collect_rows(view, predicted, trace.calls, target.project))
+                 for use, found in collect_rows(view, predicted, trace.calls, target.project, trace.hosts))
     if measurement is None:
         return rows
     return measured_rows(rows, measurement.rows, measurement.stands_for_mps, _platform(measurement))
@@ -93,9 +93,12 @@ def _mode(measurement) -> str:
     return "simulated" if measurement.where.simulated else "measured"
 
 
-def collect_rows(view, verdicts, trace_calls=(), project: str | None = None) -> list[tuple[RowUse, Classification]]:
+def collect_rows(view, verdicts, trace_calls=(), project: str | None = None,
+                 hosts=()) -> list[tuple[RowUse, Classification]]:
     """Group MPS-view calls by (OpKey, input dtypes) in first-seen order; the worst verdict wins. `trace_calls`
-    (the CPU trace's) give each row its `where`, with file names relative to `project` (report/where.py)."""
+    (the CPU trace's) give each row its `where`, with file names relative to `project` (report/where.py); `hosts`
+    (the trace's HostSources) the causes of its placement findings (report/placement.py)."""
+    from opscan.report.placement import with_placement
     from opscan.report.silent import with_silent
 
     groups: dict[tuple, list] = {}
@@ -104,7 +107,8 @@ def collect_rows(view, verdicts, trace_calls=(), project: str | None = None) -> 
     out = []
     for (op, dtypes), group in groups.items():
         worst = max((f for _, f in group), key=lambda f: f.verdict.rank)
-        out.append(with_silent(_use(op, dtypes, [c for c, _ in group], trace_calls, project), worst, group))
+        use, found = with_silent(_use(op, dtypes, [c for c, _ in group], trace_calls, project), worst, group)
+        out.append(with_placement(use, found, group, hosts, trace_calls, project))
     return out
 
 

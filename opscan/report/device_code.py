@@ -5,7 +5,13 @@ relative to the project folder:
 
     {"findings": [{"rule": "device-pick-cpu", "verdict": "cpu_fallback", "effect": "cpu", "file": "train.py",
                    "line": 4, "function": "<module>", "asked": "torch.cuda.is_available()", "text": "...",
-                   "fix": "...", "source": "...", "releases": "2.6.0..2.14.1", ...}], "source": "predicted"}
+                   "fix": "...", "source": "...", "releases": "2.6.0..2.14.1", "code": "device = ...", ...}],
+     "source": "predicted"}
+
+(`code`: the line's source text, null when it cannot be read). The findings with a verdict — `raises` (error) and
+`cpu` (cpu_fallback) — are also findings of the report (report/findings.py, with no rows: the step's ops are judged
+as they run once the line is fixed); the section is their full record, with those that only warn, are ignored or
+answer differently on a Mac.
 
 The lane stays the one the rows decide (the step as it runs once the line is fixed), and each finding that changes
 what a Mac runs — `raises` (the step as written raises there) and `cpu` (it runs on the CPU) — adds a `placement`
@@ -19,6 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from opscan.graph.lanes import Lane, Reason, ReasonKind
+from opscan.report.where import source_line
 from opscan.target.user_code import relative_to
 from opscan.verdict import Source
 
@@ -29,7 +36,8 @@ def device_section(findings, project: str | None) -> dict[str, Any] | None:
     """The `device_code` section, or None without findings."""
     if not findings:
         return None
-    return {"findings": [f.to_dict(lambda path: relative_to(path, project)) for f in findings],
+    return {"findings": [{**f.to_dict(lambda path: relative_to(path, project)), "code": source_line(f.file, f.line)}
+                         for f in findings],
             "source": Source.PREDICTED.value}
 
 

@@ -42,14 +42,16 @@ def places(calls, trace_calls, project: str | None) -> tuple[dict[str, Any], ...
         if entry is None:
             if len(found) == MAX_PLACES:
                 continue
-            entry = found[key] = _entry(where, by, project)
+            entry = found[key] = place_entry(where, by, project)
         if call.phase not in entry["phases"]:
             entry["phases"].append(call.phase)
         entry["calls"] += 1
     return tuple(found.values())
 
 
-def _entry(where, by: str, project: str | None) -> dict[str, Any]:
+def place_entry(where, by: str, project: str | None) -> dict[str, Any]:
+    """A CallSite as a `where` entry (no phases or calls yet): the file relative to `project`, its source line and
+    notebook cell."""
     via = where.via
     cell = notebook_cell(where.file) if where.file else None
     return {"file": relative_to(where.file, project) if where.file and cell is None else where.file,

@@ -61,13 +61,14 @@ def findings_by_op(report: dict) -> dict[str, list[dict]]:
 
 
 def causes(report: dict) -> list[Cause]:
-    """The report's causes, one per first op (its `findings`, most severe first), then one per repro finding row no
+    """The report's causes, one per first op (its `findings` that hold rows, most severe first: a line of code no row
+    holds has no script), then one per repro finding row no
     finding holds (a row native on MPS that failed where it was measured, on cpu or cuda), judged by
     report/upstream.py from the row alone — as every row of a report written before schema 4 (no `findings`)."""
     rows = [f for f in report["repro"]["findings"] if isinstance(f.get("row"), int)]
     found = report.get("findings")
     listed = [Cause(f["parts"][0]["op"], tuple(p["row"] for p in f["parts"]), (f["site"],) if f.get("site") else (),
-                    f["upstream"]) for f in (found if isinstance(found, list) else [])]
+                    f["upstream"]) for f in (found if isinstance(found, list) else []) if f.get("parts")]
     covered = {r for cause in listed for r in cause.rows}
     return list(_merged([*listed, *(_row_cause(report, f) for f in rows if f["row"] not in covered)]).values())
 

@@ -1,7 +1,8 @@
 """Repro stage: the report's `repro` section — what a repro script of each finding needs, from report.json alone.
 
 A finding is a row whose verdict ranks above `native`, or whose `measured` block does (a measurement on
-cpu or cuda is a finding about that device). For each, up to MAX_CALLS of the probe calls that stand for
+cpu or cuda is a finding about that device); a row's placement findings are not (the user's bug, not PyTorch's).
+For each, up to MAX_CALLS of the probe calls that stand for
 it (ProbeCall.to_dict(): op, tensor specs with recorded integer values, arguments, seed), the input values
 that opscan made at generation time where none were recorded (op_probes builders, small random integers:
 computed here with the probe worker's own replay.build, so the script needs no opscan), which outputs are
@@ -58,7 +59,11 @@ def _probe_flags(probe) -> list[str]:
 
 
 def is_finding(row) -> bool:
-    """A row worth a repro: its verdict, or its measured verdict, ranks above native."""
+    """A row worth a repro: its verdict, or its measured verdict, ranks above native — apart from its placement
+    findings (a host tensor the user's code hands an MPS kernel: their bug, not PyTorch's, so no upstream script or
+    ISSUE.md is written for it; report/placement.py)."""
+    if getattr(row, "placement", None) is not None:
+        return row.lane_verdict.rank > 0
     measured = (row.measured or {}).get("verdict")
     return row.verdict.rank > 0 or (measured is not None and Verdict(measured).rank > 0)
 

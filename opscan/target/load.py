@@ -3,7 +3,9 @@
 The contract (docs/targets.md): the factory returns an `nn.Module` or `(model, example_inputs)`.
 Otherwise the file may define `example_inputs()`, or the user passes `--input SHAPE:DTYPE`.
 Optional hooks in the same file: `train_step(model, optimizer, inputs)`, `loss_fn(outputs, inputs)`,
-`build_optimizer(model)`. Every failure here is a `TargetError` with one actionable line.
+`build_optimizer(model)`, `device_tensors(model, inputs)` (the tensors the user's own code has on the device when the
+step runs, moved in a way the trace cannot see: the placement model, docs/trace.md). Every failure here is a
+`TargetError` with one actionable line.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ class Target:
     # of the user's code made (opscan's default step running a library model, trace/frames.py)
     anchor: tuple[str, int, str] | None = None
     project: str | None = None  # the user's project folder: `where` paths are relative to it (target/user_code.py)
+    # the tensors (nested in lists, tuples, dicts) the user's own code has on the device when the step runs, though
+    # the step does not move them itself (trace/tensors.py StoragePlaces: they are given, as parameters are)
+    device_tensors: Callable | None = None
     # trace/device_calls.DeviceCall: the code that picked a device while the target was built (import, factory,
     # example inputs), when it was built as a Mac runs it (scan.prepare)
     device_calls: tuple = ()
@@ -172,6 +177,7 @@ def load_target(spec: str, factory_args: dict[str, Any], input_specs: list[Input
         loss_fn=_hook(module, "loss_fn"),
         build_optimizer=_hook(module, "build_optimizer"),
         fake=fake,
+        device_tensors=_hook(module, "device_tensors"),
         anchor=anchor_of(factory),
         project=_project(module),
     )

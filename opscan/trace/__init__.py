@@ -21,12 +21,14 @@ from opscan.opkey import OpKey
 from opscan.target.load import Target
 from opscan.trace import collector, fake, fxnodes, repeat, step
 from opscan.trace.amp import AmpTrace
-from opscan.trace.device_calls import STEP, DeviceCalls, as_mac
+from opscan.trace.device_calls import STEP, DeviceCalls, DeviceCode, answering_as_mac
 from opscan.trace.frames import Sites
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker
 from opscan.trace.lens import Lens
 from opscan.trace.questions import Questions
-from opscan.trace.host import HostFactories
+from opscan.trace.functions import StepFunctions
+from opscan.trace.host import CompositeMoves, DeviceMoves, HostFactories
+from opscan.trace.moves import ExplicitMoves
 from opscan.trace.recorder import CallRecorder
 from opscan.trace.records import FxInfo, OpCall, TensorMeta, Trace
 from opscan.trace.registrations import registrations
@@ -96,7 +98,7 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
            amp=None) -> Trace:
     """The step traced as a Mac runs it: device queries answered as there, its CUDA calls recorded (device_calls.py)."""
     devices = DeviceCalls(STEP, Sites(target.anchor), torch.device(_device_of(target.model)))
-    with as_mac(devices):
+    with answering_as_mac(devices):
         found = _trace_as_mac(target, options, has_mps_kernel, expand, memory, spans, amp, devices)
     return dataclasses.replace(found, device_calls=devices.calls())
 
@@ -104,10 +106,12 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
 def _trace_as_mac(target: Target, options: TraceOptions, has_mps_kernel, expand, memory, spans, amp,
                   devices: DeviceCalls) -> Trace:
     _seed(options.seed)
-    model, inputs = _prepared(target, options)
-    gm, fx_info = fxnodes.symbolic(model) if options.fx else (None, FxInfo(False, "disabled (--no-fx)"))
-    shortcut = Shortcut.of(model, gm, options.repeat and target.fake is not None)
-    optimizer = None if options.inference else step.make_optimizer(model, target.build_optimizer)
+    code = DeviceCode(devices)  # the user's code that picks a device: in a mode of its own while the step is
+    with StepFunctions((code,)):  # prepared (fx, build_optimizer), the last job of the step's mode while it runs
+        model, inputs = _prepared(target, options)
+        gm, fx_info = fxnodes.symbolic(model) if options.fx else (None, FxInfo(False, "disabled (--no-fx)"))
+        shortcut = Shortcut.of(model, gm, options.repeat and target.fake is not None)
+        optimizer = None if options.inference else step.make_optimizer(model, target.build_optimizer)
     tracker = ModuleTracker(model)
     mapper = GradFnMapper(tracker)
     phases = PhaseTracker(tracker)
@@ -116,18 +120,19 @@ def _trace_as_mac(target: Target, options: TraceOptions, has_mps_kernel, expand,
     recorder = CallRecorder(tracker, mapper, phases, release.expands)
     recorder.sites.anchor = target.anchor  # the factory: the CallSite of a call no line of the user's made
     lens = Lens(release, clock=lambda: len(recorder.calls), tracker=tracker, paused=lambda: recorder.expanding,
-                spans=spans)
+                spans=spans, gate=contextlib.nullcontext())  # the step's one function mode is the lens's gate
     recorder.index_parameters(model)
-    recorder.index_placement(model, inputs)
+    hooks = tuple(h for h in (target.train_step, target.loss_fn, target.build_optimizer) if h is not None)
+    moved = target.device_tensors(model, inputs) if target.device_tensors else ()  # the user's own code moves them
+    recorder.index_placement(model, inputs, hooks, moved)
     below = memory(model, inputs, lambda: len(recorder.calls) - 1) if memory else None
     recorder.below = below
     notes: list[str] = list(shortcut.notes)
     with contextlib.ExitStack() as stack:
-        tagger = fxnodes.FxNodeTagger(gm, tracker, recorder) if gm is not None else contextlib.nullcontext()
         attached = below.attached() if below is not None else contextlib.nullcontext()
         mixed = AmpTrace(release, notes, recorder, devices=devices) if amp is not None else contextlib.nullcontext()
-        for ctx in (tracker, phases, tagger, lens, HostFactories(recorder.storages), mapper, attached, recorder,
-                    mixed):
+        functions = StepFunctions((*_jobs(mapper, gm, tracker, recorder), code))
+        for ctx in (tracker, phases, lens, functions, attached, recorder, mixed):
             stack.enter_context(ctx)
         if target.fake is not None:
             stack.enter_context(fake.stop_on_data_dependence(notes, recorder.calls))
@@ -148,7 +153,17 @@ def _trace_as_mac(target: Target, options: TraceOptions, has_mps_kernel, expand,
         notes=tuple(notes),
         asked=release.asked(),
         registrations=registrations(c.op for c in calls),
+        hosts=tuple(recorder.storages.placement.sources),
     )
+
+
+def _jobs(mapper, gm, tracker, recorder) -> tuple:
+    """The jobs of the step's one TorchFunctionMode (trace/functions.py), outermost first: the autograd nodes'
+    modules, the fx node tags (when fx traced the model), factories made on the host, the user's own moves to the
+    device, explicit host moves."""
+    tagger = (fxnodes.FxNodeTagger(gm, tracker, recorder),) if gm is not None else ()
+    return (mapper, *tagger, HostFactories(recorder.storages), DeviceMoves(recorder.storages),
+            CompositeMoves(recorder.storages), ExplicitMoves())
 
 
 def _prepared(target: Target, options: TraceOptions):

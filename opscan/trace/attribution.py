@@ -1,9 +1,9 @@
 """Trace stage: which module and phase caused each call.
 
 Forward: global module hooks keep a stack of module paths. Backward: every autograd node created in
-forward is mapped, by its sequence number, to the module whose code created it (a TorchFunctionMode
-walks the new part of the autograd graph after each torch function, and module hooks claim what
-that mode cannot see: autograd.Function nodes, a reentrant checkpoint's recompute), and the
+forward is mapped, by its sequence number, to the module whose code created it (a job of the trace's
+TorchFunctionMode, trace/functions.py, walks the new part of the autograd graph after each torch function, and
+module hooks claim what that mode cannot see: autograd.Function nodes, a reentrant checkpoint's recompute), and the
 engine's current node names it during backward. Gradient accumulation is attributed to the
 parameter's module; optimizer calls to the module owning the parameters they touch.
 """
@@ -13,8 +13,6 @@ from __future__ import annotations
 import torch
 from torch.optim import optimizer as optim_hooks
 
-from opscan.trace.guard import call_through
-from torch.overrides import TorchFunctionMode
 
 _ACCUMULATE = "AccumulateGrad"
 _NO_TENSORS = frozenset({bool, int, float, str, type(None), torch.Size, torch.dtype, torch.device})
@@ -80,32 +78,35 @@ class ModuleTracker:
         return self.stack[-1] if self.stack else None
 
 
-class GradFnMapper(TorchFunctionMode):
-    """After each torch function, maps the autograd nodes it created to the running module."""
+class GradFnMapper:
+    """After each torch function, maps the autograd nodes it created to the running module (a job of
+    trace/functions.py's StepFunctions, acting on every call)."""
+
+    funcs = None  # every call
 
     def __init__(self, tracker: ModuleTracker):
-        super().__init__()
         self.tracker = tracker
         self.node_module: dict[int, str] = {}
         self._handles: list = []
 
-    def __enter__(self) -> GradFnMapper:
-        # Nodes this mode cannot see being made (autograd.Function.apply, and anything run inside
-        # the autograd engine, where torch-function modes are off: a reentrant checkpoint's
-        # recompute) are claimed at module boundaries instead: a module's inputs by its caller,
-        # its output by the module itself. Registered after ModuleTracker's hooks, so in
-        # `_entering` the module is already on top of the stack.
+    def enter(self) -> None:
+        """Claim at module boundaries what the mode cannot see.
+
+        Nodes the mode cannot see being made (autograd.Function.apply, and anything run inside
+        the autograd engine, where torch-function modes are off: a reentrant checkpoint's
+        recompute) are claimed at module boundaries instead: a module's inputs by its caller,
+        its output by the module itself. Registered after ModuleTracker's hooks, so in
+        `_entering` the module is already on top of the stack."""
         hooks = torch.nn.modules.module
         self._handles = [
             hooks.register_module_forward_pre_hook(self._entering),
             hooks.register_module_forward_hook(self._leaving, always_call=True),
         ]
-        return super().__enter__()
 
-    def __exit__(self, *exc):
+    def exit(self) -> None:
+        """Remove the module hooks."""
         for handle in self._handles:
             handle.remove()
-        return super().__exit__(*exc)
 
     def _entering(self, module, args) -> None:
         stack = self.tracker.stack
@@ -114,13 +115,18 @@ class GradFnMapper(TorchFunctionMode):
     def _leaving(self, module, args, output) -> None:
         self._claim(output, self.tracker.name_of(module))
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = call_through(func, *args, **(kwargs or {}))
-        if type(out) in _NO_TENSORS or not torch.is_grad_enabled():
-            return out  # (shape queries, sizes, flags: most calls)
-        current = self.tracker.current
-        self._claim(out, "" if current is None else current)
-        return out
+    def wrap(self, inner):
+        """The chain link for every call: claim the nodes its output brought (trace/functions.py)."""
+        claim, tracker, grad_enabled = self._claim, self.tracker, torch.is_grad_enabled
+
+        def run(func, args, kwargs):
+            out = inner(func, args, kwargs)
+            if type(out) in _NO_TENSORS or not grad_enabled():
+                return out  # (shape queries, sizes, flags: most calls)
+            current = tracker.current
+            claim(out, "" if current is None else current)
+            return out
+        return run
 
     def _claim(self, out, module: str) -> None:
         if isinstance(out, torch.Tensor):  # the common case, without the generator below

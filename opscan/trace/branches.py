@@ -6,7 +6,8 @@ not the lens's aten composites are handled here: while a lens is active, each ro
 its module by the version that answers as on MPS, and every call of it is recorded as a "steer" group (its
 rule, condition and source reach the report's view summary). A row whose module is not imported (a
 transformers model the step does not use) is left alone. The device lists of nn.MultiheadAttention's and
-nn.TransformerEncoder(Layer)'s fast paths need no row: hooks.FastPathGate keeps them off, as on MPS.
+nn.TransformerEncoder(Layer)'s fast paths need no row: the trace's one TorchFunctionMode (functions.py) keeps
+them off, as on MPS.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@ its step is traced — as a Mac would run it.
 
 `DeviceCalls` is one run's record: each call that asks for CUDA, pinned memory or a device query, as a `DeviceCall`
 (rule, what was asked as written, the user's line as a CallSite from trace/frames.py, the phase: "build" or "step",
-how many times). `DeviceCode` is the TorchFunctionMode that reads each torch call with `device_request`
-(device_request.py) and runs it as the trace must (on the step's own device, pinning off); `as_mac(calls)` enters
-it together with the Mac's answers to device queries (mac_answers.py). What a Mac does with each rule, per
+how many times). `DeviceCode` is the job of the one TorchFunctionMode (trace/functions.py) that reads each torch call
+with `device_request` (device_request.py) and runs it as the trace must (on the step's own device, pinning off);
+`as_mac(calls)` enters it, in a mode of its own, together with the Mac's answers to device queries (mac_answers.py);
+the traced step runs it as the last job of the step's mode. What a Mac does with each rule, per
 release, is the knowledge base's (opscan/knowledge/device_code.yaml), judged by predict/device_code.py.
 
 A target file's module-level code runs once per process (target/once.py): the calls it made at import are kept per
@@ -20,11 +21,10 @@ import sys
 from dataclasses import dataclass
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from opscan.trace.device_request import RULE_TENSOR, device_request, mac_result
 from opscan.trace.frames import Sites
-from opscan.trace.guard import call_through
+from opscan.trace.functions import StepFunctions
 from opscan.trace.records import CallSite
 
 BUILD, STEP = "build", "step"
@@ -91,28 +91,46 @@ class DeviceCalls:
                     self._seen[key] = self._seen.get(key, 0) + n
 
 
-class DeviceCode(TorchFunctionMode):
-    """Each torch call read with device_request: recorded when it has a rule, run as the trace must."""
+class DeviceCode:
+    """Each torch call read with device_request: recorded when it has a rule, run as the trace must (a job of
+    trace/functions.py's StepFunctions, acting on every call; the innermost one: the call it runs is the Mac's)."""
+
+    funcs = None  # every call
 
     def __init__(self, calls: DeviceCalls):
-        super().__init__()
         self.seen = calls
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        request = device_request(func, args, kwargs)
-        if request is None:
-            return call_through(func, *args, **kwargs)  # the user's call: its errors are theirs
-        if request.rule is not None:
-            self.seen.saw(request.rule, request.asked, sys._getframe())
-        return mac_result(request, self.seen.stand_in, call_through)
+    def wrap(self, inner):
+        """The chain link for every call (trace/functions.py)."""
+        seen = self.seen
+
+        def again(func, *args, **kwargs):
+            return inner(func, args, kwargs)  # the user's call: its errors are theirs
+
+        def run(func, args, kwargs):
+            request = device_request(func, args, kwargs)
+            if request is None:
+                return inner(func, args, kwargs)
+            if request.rule is not None:
+                seen.saw(request.rule, request.asked, sys._getframe())
+            return mac_result(request, seen.stand_in, again)
+        return run
 
 
 @contextlib.contextmanager
-def as_mac(calls: DeviceCalls):
+def as_mac(calls: DeviceCalls, code: DeviceCode | None = None):
     """The user's code runs as on a Mac while entered: device queries answered as a Mac answers them, CUDA calls
-    recorded in `calls` (mac_answers.py), torch calls that ask for a device read by DeviceCode."""
+    recorded in `calls` (mac_answers.py), torch calls that ask for a device read by DeviceCode (`code`, else a new
+    one) in a mode of its own."""
+    with answering_as_mac(calls), StepFunctions((code or DeviceCode(calls),)):
+        yield calls
+
+
+@contextlib.contextmanager
+def answering_as_mac(calls: DeviceCalls):
+    """Device queries answered as a Mac answers them (mac_answers.py), without the torch-call mode: the traced step
+    runs DeviceCode as a job of its own mode."""
     from opscan.trace.mac_answers import answering
 
-    with answering(calls), DeviceCode(calls):
+    with answering(calls):
         yield calls

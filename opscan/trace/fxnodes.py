@@ -16,10 +16,7 @@ from collections import defaultdict, deque
 
 import torch
 import torch.fx
-from torch.overrides import TorchFunctionMode
-
 from opscan.trace.attribution import ModuleTracker
-from opscan.trace.guard import call_through
 from opscan.trace.records import FxInfo
 from opscan.trace.untouched import untouched
 
@@ -69,11 +66,13 @@ def _scope(node: torch.fx.Node) -> str:
     return next(reversed(stack.values()))[0] if stack else ""
 
 
-class FxNodeTagger(TorchFunctionMode):
-    """Sets `recorder.fx_node` while the eager call matching an fx node runs."""
+class FxNodeTagger:
+    """Sets `recorder.fx_node` while the eager call matching an fx node runs (a job of trace/functions.py's
+    StepFunctions, acting on every call)."""
+
+    funcs = None  # every call
 
     def __init__(self, gm: torch.fx.GraphModule, tracker: ModuleTracker, recorder):
-        super().__init__()
         self.tracker, self.recorder = tracker, recorder
         self.functions: dict[tuple[str, str], deque[str]] = defaultdict(deque)
         self.leaves: dict[str, str] = {}
@@ -85,16 +84,16 @@ class FxNodeTagger(TorchFunctionMode):
         self._handles: list = []
         self._saved: list[str | None] = []
 
-    def __enter__(self):
+    def enter(self) -> None:
+        """Tag a leaf module's calls with its call_module node."""
         hooks = torch.nn.modules.module
         self._handles = [hooks.register_module_forward_pre_hook(self._enter_module),
                          hooks.register_module_forward_hook(self._leave_module, always_call=True)]
-        return super().__enter__()
 
-    def __exit__(self, *exc):
+    def exit(self) -> None:
+        """Remove the module hooks."""
         for handle in self._handles:
             handle.remove()
-        return super().__exit__(*exc)
 
     def _enter_module(self, module, args) -> None:
         self._saved.append(self.recorder.fx_node)
@@ -105,16 +104,20 @@ class FxNodeTagger(TorchFunctionMode):
     def _leave_module(self, module, args, output) -> None:
         self.recorder.fx_node = self._saved.pop() if self._saved else None
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        scope = self.tracker.current
-        if scope is None or self.tracker.root_depth == 0 or scope in self.leaves:
-            return call_through(func, *args, **kwargs)
-        queue = self.functions.get((scope, _name(func)))
-        if not queue:
-            return call_through(func, *args, **kwargs)
-        previous, self.recorder.fx_node = self.recorder.fx_node, queue.popleft()
-        try:
-            return call_through(func, *args, **kwargs)
-        finally:
-            self.recorder.fx_node = previous
+    def wrap(self, inner):
+        """The chain link for every call: its fx node set while it runs (trace/functions.py)."""
+        tracker, recorder, leaves, functions = self.tracker, self.recorder, self.leaves, self.functions
+
+        def run(func, args, kwargs):
+            scope = tracker.current
+            if scope is None or tracker.root_depth == 0 or scope in leaves:
+                return inner(func, args, kwargs)
+            queue = functions.get((scope, _name(func)))
+            if not queue:
+                return inner(func, args, kwargs)
+            previous, recorder.fx_node = recorder.fx_node, queue.popleft()
+            try:
+                return inner(func, args, kwargs)
+            finally:
+                recorder.fx_node = previous
+        return run

@@ -17,13 +17,22 @@ def call_through(func, *args, **kwargs):
     return func(*args, **kwargs)
 
 
+def call_args_through(func, args, kwargs):
+    """call_through with the arguments as a tuple and a dict (the innermost link of trace/functions.py's
+    chains)."""
+    return func(*args, **kwargs)
+
+
+_THROUGH = frozenset({call_through.__name__, call_args_through.__name__})
+
+
 def _raised_by_opscan(exc: BaseException) -> bool:
     tb, last = exc.__traceback__, None
     while tb is not None:
         last, tb = tb.tb_frame.f_code, tb.tb_next
     if last is None:
         return False
-    return last.co_filename.startswith(_OPSCAN_DIR) and last.co_name != call_through.__name__
+    return last.co_filename.startswith(_OPSCAN_DIR) and last.co_name not in _THROUGH
 
 
 def user_frames(exc: BaseException) -> str:

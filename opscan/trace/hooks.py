@@ -10,18 +10,16 @@
   is active. They are registered when the
   first lens is entered and removed when the last one leaves, so a process that is not tracing
   runs torch unchanged.
-- the Python-level device branches of branches.py, replaced by the branch MPS takes;
-- `FastPathGate`, a TorchFunctionMode that passes every call through: while it is on,
-  `torch.overrides.has_torch_function()` is True, so nn.MultiheadAttention and
-  nn.TransformerEncoderLayer skip their inference fast paths, as they do on MPS, whose device type
-  their lists of fast-path devices never name (docs/device_branches.md).
+- the Python-level device branches of branches.py, replaced by the branch MPS takes.
+
+The inference fast paths of nn.MultiheadAttention and nn.TransformerEncoderLayer stay off while a
+TorchFunctionMode is on (trace/functions.py: the trace's one mode is that gate).
 """
 
 from __future__ import annotations
 
 import torch
 from torch._C import DispatchKey
-from torch.overrides import TorchFunctionMode
 
 from opscan.trace.branches import Patched
 from opscan.trace.guard import call_through
@@ -30,13 +28,6 @@ CIA_KEY = DispatchKey.CompositeImplicitAutograd
 LENS_KEYS = ("AutogradCPU", "AutogradMeta", "CPU")
 _ACTIVE: list = []  # the lenses entered, innermost last (one trace at a time per process)
 _LIBRARY: list = []  # the torch.library.Library and the Python rows (branches.py) while a lens is active
-
-
-class FastPathGate(TorchFunctionMode):
-    """Passes every torch function through; see the module docstring."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        return call_through(func, *args, **(kwargs or {}))
 
 
 def activate(lens, ops: tuple[str, ...], spans: tuple[str, ...] = ()) -> None:

@@ -31,7 +31,8 @@ import torch
 from opscan.opkey import OpKey
 from opscan.trace.argspec import encode
 from opscan.trace.guard import call_through
-from opscan.trace.hooks import FastPathGate, activate, deactivate
+from opscan.trace.functions import StepFunctions
+from opscan.trace.hooks import activate, deactivate
 from opscan.trace.questions import Questions
 from opscan.trace.records import Group
 
@@ -121,17 +122,20 @@ class Lens:
     whether the assumed macOS is recent enough, only when a decision turns on it (None: no rows, the plain CPU
     trace); `clock()` is the index of the next recorded call (a group spans [clock before, clock after));
     `tracker` (the trace's ModuleTracker) names the group's module; `paused()` is True while the recorder
-    re-runs a composite to record its callees (the lens leaves those calls as they are)."""
+    re-runs a composite to record its callees (the lens leaves those calls as they are); `gate`: the
+    TorchFunctionMode that keeps the inference fast paths off while the lens is on (trace/functions.py), entered
+    with it (None: a pass-through StepFunctions of its own; the trace passes a null context, its one mode being
+    on already)."""
 
     def __init__(self, release: Questions | None, clock: Callable[[], int] | None = None, tracker=None,
-                 paused: Callable[[], bool] | None = None, spans: frozenset[str] = frozenset()):
+                 paused: Callable[[], bool] | None = None, spans: frozenset[str] = frozenset(), gate=None):
         self.release, self.clock, self.tracker = release, clock, tracker
         self.paused = paused or (lambda: False)
         self.spans = spans
         self.table = {b.op: b for b in BRANCHES} if release is not None and release.kernel_of is not None else {}
         self.groups: list[Group] = []
         self._inside: list[str] = []  # the modes of the decisions running now ("replace" | "steer")
-        self._gate = FastPathGate()
+        self._gate = StepFunctions() if gate is None else gate
 
     def __enter__(self) -> Lens:
         activate(self, tuple(b.op for b in BRANCHES), tuple(sorted(self.spans)))

@@ -2,7 +2,7 @@
 
 On the CPU, `.cpu()`, `.to("cpu")`, `.tolist()` and printing a tensor dispatch nothing (the tensor is
 already there), so a CPU trace cannot see them; on MPS each is a device-to-host copy that waits for the
-device. `ExplicitMoves` (a TorchFunctionMode entered around the traced step) wraps each of them in a
+device. `ExplicitMoves` (a job of the trace's one TorchFunctionMode, trace/functions.py) wraps each of them in a
 profiler range labelled `opscan.move:<what>` — recorded as a bookkeeping call, like Optimizer.step's
 ranges — and, where the call itself would dispatch nothing, dispatches the `aten::_to_copy(device=cpu)`
 that MPS runs, so the recorder records the copy with its phase and module. `.cpu()` and `.to("cpu")` then
@@ -17,7 +17,6 @@ CPU trace `x.to(y.device)` and `x.to(torch.device("cpu"))` look alike, so only a
 from __future__ import annotations
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from opscan.markers import MOVE_PREFIX
 from opscan.trace.guard import call_through
@@ -27,28 +26,25 @@ _READS = (torch.Tensor.tolist, torch.Tensor.__repr__, torch.Tensor.__format__)
 _LABELLED = frozenset({torch.Tensor.cpu, torch.Tensor.to, *_READS})  # the functions _label can name
 
 
-class ExplicitMoves(TorchFunctionMode):
+class ExplicitMoves:
     """Labels `.cpu()`, `.to("cpu")`, `.tolist()` and printing; dispatches the copy MPS would run."""
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func not in _LABELLED:  # most calls: nothing to label
-            return call_through(func, *args, **kwargs)  # the user's call: its errors are theirs
-        x = args[0] if args else None
-        label = _label(func, args, kwargs) if isinstance(x, torch.Tensor) else None
-        if label is None or x.device.type == "meta":
-            return call_through(func, *args, **kwargs)  # the user's call: its errors are theirs
-        with torch.autograd.profiler.record_function(MOVE_PREFIX + label):
-            if func in (torch.Tensor.cpu, torch.Tensor.to) and _noop_to(func, x, args, kwargs):
-                return call_through(_copy_to_host, x)  # what MPS dispatches; the caller gets the host copy
-            if func in _READS:
-                call_through(_copy_to_host, x)
-            return call_through(func, *args, **kwargs)
+    funcs = _LABELLED
 
-
-def explicit_moves() -> ExplicitMoves:
-    """The mode to enter around the traced step (see the module docstring)."""
-    return ExplicitMoves()
+    def wrap(self, inner):
+        """The chain link for the labelled functions (trace/functions.py)."""
+        def run(func, args, kwargs):
+            x = args[0] if args else None
+            label = _label(func, args, kwargs) if isinstance(x, torch.Tensor) else None
+            if label is None or x.device.type == "meta":
+                return inner(func, args, kwargs)
+            with torch.autograd.profiler.record_function(MOVE_PREFIX + label):
+                if func in (torch.Tensor.cpu, torch.Tensor.to) and _noop_to(func, x, args, kwargs):
+                    return call_through(_copy_to_host, x)  # what MPS dispatches; the caller gets the host copy
+                if func in _READS:
+                    call_through(_copy_to_host, x)
+                return inner(func, args, kwargs)
+        return run
 
 
 def _copy_to_host(x: torch.Tensor) -> torch.Tensor:

@@ -27,6 +27,7 @@ from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker, 
 from opscan.trace.bookkeeping import is_bookkeeping
 from opscan.trace.frames import Sites
 from opscan.trace.guard import call_through
+from opscan.trace.host import name_before_step
 from opscan.trace.hooks import run_composite
 from opscan.trace.records import OpCall, TensorMeta
 from opscan.trace.scalars import rewrapped
@@ -63,6 +64,7 @@ class CallRecorder(TorchDispatchMode):
         self._muted = False
         self.sites = Sites()  # the calling places (py chain, caller, the user's line), each kept once
         self._parent_site: tuple = ((), None, None)  # the site of the last top-level call (its callees share it)
+        self._made_from: list[tuple[int, ...]] = []  # the host sources of the calls running now, innermost last
 
     def index_parameters(self, model: torch.nn.Module) -> None:
         """Remember parameter storages so optimizer calls can be attributed to their module."""
@@ -71,12 +73,19 @@ class CallRecorder(TorchDispatchMode):
         for param, owner in self._params:
             self.param_storages.setdefault(self.storages.of(param), owner)
 
-    def index_placement(self, model: torch.nn.Module, inputs) -> None:
-        """Tell the trace which tensors the step is given — parameters, buffers, inputs: those a user moves to
-        MPS — so it can tell the tensors that stay on the host (trace/tensors.py StoragePlaces)."""
-        for t in (*model.parameters(), *model.buffers(), *tensors_in(inputs)):
+    def index_placement(self, model: torch.nn.Module, inputs, functions=(), on_device=()) -> None:
+        """Tell the trace which tensors the step is given — parameters, buffers, inputs and the tensors the target
+        says its own code moves (`on_device`): those a user moves to MPS — so it can tell the tensors that stay on
+        the host (trace/tensors.py StoragePlaces), and name those that existed before it (trace/host.py; the
+        target's hook `functions` are searched for the globals and closures they use)."""
+        placement = self.storages.placement
+        for t in (*model.parameters(), *model.buffers(), *tensors_in(inputs), *tensors_in(on_device)):
             offset = t.storage_offset()
-            self.storages.placement.give(self.storages.of(t), offset if type(offset) is int else 0)
+            placement.give(self.storages.of(t), offset if type(offset) is int else 0)
+        for t, named in name_before_step(model, functions):
+            sid = self.storages.of(t)
+            if sid >= 0 and sid not in placement.given:
+                placement.named.setdefault(sid, named)
 
     def _index_gradients(self) -> None:
         for param, owner in self._params:
@@ -92,7 +101,10 @@ class CallRecorder(TorchDispatchMode):
         op = _facts(func)
         if op is None:
             return self._decomposed(func, args, kwargs)
-        args, kwargs = rewrapped(func, args, kwargs)  # a composite's wrapped scalar, come back as a number
+        wrapped = rewrapped(func, args, kwargs)  # a composite's wrapped scalar, come back as a number
+        if wrapped[0] is not args or wrapped[1] is not kwargs:
+            self._not_placed(tensors_in(args, kwargs), tensors_in(*wrapped))
+        args, kwargs = wrapped
         phase = self.phases.current()
         # a composite's callee, re-dispatched by this mode, was issued where its composite was
         site = self._site(sys._getframe(1)) if not self._parents else self._parent_site
@@ -100,21 +112,40 @@ class CallRecorder(TorchDispatchMode):
             self._index_gradients()
         self._last_phase = phase
         ins = tensors_in(args, kwargs)
+        self.storages.placement.site = site[2]  # a host tensor first met here is named by this line
         inputs = self._metas(ins)
         index = len(self.calls)
         spec = encode_args(args, kwargs)  # before the call: an in-place op changes its inputs
         self.calls.append(None)  # reserve the slot so callees come after their composite
         if self.event_marks is not None:
             self.event_marks.append(self.below.events_now())
+        # what the call makes is on the host when its tensor arguments all are; a callee with none (the empty a
+        # composite allocates its result with, from self's options) where its composite's are
+        made_from = _host_roots(inputs) if inputs and all(t.host for t in inputs) else (
+            self._made_from[-1] if not inputs and self._made_from else ())
+        self._made_from.append(made_from)
         try:
             out, expanded = self._execute(func, op, index, args, kwargs, ins)
         except Exception as exc:  # the step may catch it ("try float16, else float32"): keep the call
             self._store(index, op, phase, inputs, (), args, kwargs, spec, False, f"{type(exc).__name__}: {exc}", site)
             raise
-        on_host = bool(inputs) and all(t.host for t in inputs)
-        outputs = tuple(describe(t, self.storages, on_host) for t in tensors_in(out))
+        finally:
+            self._made_from.pop()
+        outputs = tuple(describe(t, self.storages, made_from) for t in tensors_in(out))
         self._store(index, op, phase, inputs, outputs, args, kwargs, spec, expanded, None, site)
         return out
+
+    def _not_placed(self, before, after) -> None:
+        """The scalars a composite wrapped as tensors: 0-dim CPU tensors on every device, as PyTorch itself passes
+        them to the kernels of the Tensor overload (the CPU trace ran the same composite), not tensors the user's
+        code placed: on the host, with no source of their own (the placement model judges only sourced ones)."""
+        placement = self.storages.placement
+        if placement.tracking:
+            for t in after:
+                if all(t is not b for b in before):
+                    sid = self.storages.of(t)
+                    placement.made.add(sid)
+                    placement.host.add(sid)
 
     def _site(self, frame) -> tuple:
         """(py chain, caller, CallSite) of a call, interned: calls from one place share one tuple."""
@@ -241,6 +272,13 @@ class CallRecorder(TorchDispatchMode):
 
     def _metas(self, tensors) -> tuple[TensorMeta, ...]:
         return tuple(describe(t, self.storages) for t in tensors)
+
+
+def _host_roots(inputs) -> tuple[int, ...]:
+    """The host sources of a call whose tensor arguments are all on the host (its results come from them)."""
+    if len(inputs) == 1:
+        return inputs[0].host_from
+    return tuple(sorted({r for t in inputs for r in t.host_from}))
 
 
 _FACTS: dict[int, tuple] = {}  # id(func) -> (func, its OpKey or None for a composite): no OpOverload.__hash__

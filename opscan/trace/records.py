@@ -29,6 +29,9 @@ class TensorMeta:
     requires_grad: bool = False
     host: bool = False  # stays on the CPU while the step runs on MPS (trace/tensors.py StoragePlaces)
     layout: str = STRIDED  # "sparse_coo", "sparse_csr", ... for a sparse tensor (torch.layout without "torch.")
+    # a host tensor: the Trace.hosts ids of the tensors it was made from (or its own). Not part of its identity: a run
+    # numbers sources as it meets them, and a short run's copied layers name those of the layer they copy (splice.py)
+    host_from: tuple[int, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def sparse(self) -> bool:
@@ -50,6 +53,8 @@ class TensorMeta:
         }
         if self.layout != STRIDED:
             out["layout"] = self.layout
+        if self.host_from:
+            out["host_from"] = list(self.host_from)
         return out
 
 
@@ -70,6 +75,26 @@ class CallSite:
     function: str | None  # the qualname of the user's function
     via: tuple[str, int, str] | None = None  # (file, line, qualname) of the library frame below
     by: str = "call"
+
+
+@dataclass(frozen=True)
+class HostSource:
+    """A tensor that stays on the CPU while a Mac runs the step on MPS, and where it came from (the placement
+    model, trace/tensors.py StoragePlaces and trace/host.py).
+
+    `kind`: "factory" (a Python factory called without `device=`), "global" (a module-level tensor), "closure" (a
+    tensor a function of the step closes over), "attribute" (a plain tensor attribute of a module: not a registered
+    buffer, so `Module.to()` leaves it on the CPU) or "before-step" (a tensor made before the step, or outside
+    torch's dispatcher — `torch.from_numpy`, a DataLoader's batch — that the step was not given). `name` names it
+    (`torch.arange`, `TARGETS`, `Net.mask`; None when unknown), `where` is the line that made it (a factory's call,
+    a global's or attribute's assignment) or, when that is not known, the first line of the step that read it
+    (`first_read` True)."""
+
+    id: int
+    kind: str
+    name: str | None
+    where: CallSite | None
+    first_read: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,11 +153,21 @@ class Trace:
     groups: tuple = ()  # lens.Group records: super-op spans seen above the dispatcher
     asked: tuple = ()  # ((question, answer), ...): what the trace asked of its release (questions.py)
     registrations: tuple = ()  # ((OpKey, Registration), ...): custom ops the target registered (registrations.py)
+    hosts: tuple[HostSource, ...] = ()  # the tensors that stay on the CPU on a Mac (TensorMeta.host_from names them)
     device_calls: tuple = ()  # device_calls.DeviceCall: the step's code that picks a device, as a Mac runs it
 
     def findable(self) -> tuple[OpCall, ...]:
         """Top-level calls that are device work (bookkeeping and composite callees excluded)."""
         return tuple(c for c in self.calls if not c.bookkeeping and c.parent is None)
+
+    def met_device(self) -> tuple[HostSource, ...]:
+        """The host sources whose tensors meet a device tensor in one call (as they would on a Mac), in order."""
+        ids: dict[int, None] = {}
+        for c in self.calls:
+            if any(t.host for t in c.inputs) and not all(t.host for t in (*c.inputs, *c.outputs)):
+                ids.update((i, None) for t in c.inputs if t.host for i in t.host_from)
+        by_id = {h.id: h for h in self.hosts}
+        return tuple(by_id[i] for i in ids if i in by_id)
 
 
 @dataclass(frozen=True)

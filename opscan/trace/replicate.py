@@ -193,8 +193,7 @@ class Walker:
         key = (id(t), sid)
         meta = self.metas.get(key)
         if meta is None:
-            meta = self.metas[key] = TensorMeta(t.dtype, t.shape, t.stride, t.device, sid, t.nbytes, t.offset,
-                                                t.requires_grad, t.host, t.layout)
+            meta = self.metas[key] = replace(t, storage=sid)
         return meta
 
 

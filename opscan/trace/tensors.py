@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from opscan.trace.records import TensorMeta
+from opscan.trace.records import HostSource, TensorMeta
 
 UNKNOWN = -1  # a size or stride that depends on tensor values (fake tensors)
 _STRIDED = torch.strided
@@ -51,17 +51,25 @@ class StorageIds:
 
 
 class StoragePlaces:
-    """Where the storages of a step live when it runs on MPS, told apart in a CPU trace.
+    """Where the storages of a step live when it runs on MPS, told apart in a CPU trace: the placement model.
 
     The step's own tensors — parameters, buffers and inputs (`given`) — are the ones a user moves to MPS with
-    `.to("mps")`; so is everything an op makes from at least one of them, and a factory call that dispatches
-    with no tensor argument (`torch.zeros(n, device=x.device)` and `torch.zeros(n)` dispatch alike). A storage
+    `.to("mps")`; so is everything an op makes from at least one of them, a factory call that dispatches with no
+    tensor argument (`torch.zeros(n, device=x.device)` and `torch.zeros(n)` dispatch alike) unless the Python call
+    had no `device=`, and what the user's own `.to(device)` of a host tensor returns (trace/host.py). A storage
     stays on the host (`host`) when it existed before the step without being one of the given tensors (a plain
-    tensor attribute, a scheduler's `sigmas`: `model.to("mps")` leaves it on the CPU), when a Python factory
-    made it without a `device=` argument (trace/host.py: `torch.linspace(...)`, `torch.tensor(...)`), or when
-    every tensor argument of the op that made it was on the host (`sigmas[i]`). A given tensor's storage offset
-    is counted from where that tensor starts (`base`): `.to("mps")` copies it to a fresh storage at offset 0.
-    Off (`tracking` False) until the recorder is told the given tensors: every tensor is then on the device."""
+    tensor attribute, a module-level tensor, a scheduler's `sigmas`: `model.to("mps")` leaves it on the CPU), when
+    a Python factory made it without a `device=` argument (trace/host.py: `torch.linspace(...)`,
+    `torch.tensor(...)`), or when every tensor argument of the op that made it was on the host (`sigmas[i]`).
+    Each host storage keeps the ids of the `HostSource`s it comes from (`roots`): its own when it is one, those of
+    the host tensors an op made it from otherwise. A given tensor's storage offset is counted from where that
+    tensor starts (`base`): `.to("mps")` copies it to a fresh storage at offset 0.
+    Off (`tracking` False) until the recorder is told the given tensors: every tensor is then on the device.
+
+    Set from outside while a call runs: `site` (the CallSite of the call being recorded, the recorder's),
+    `factory` (the name of a Python factory running without `device=`: what it makes is a host source),
+    `moving` (a `.to(device)` of a host tensor is running: what it makes lands on the device). `named` maps the
+    storages of tensors that existed before the step to (kind, name, CallSite of their assignment or None)."""
 
     def __init__(self):
         self.tracking = False
@@ -69,6 +77,13 @@ class StoragePlaces:
         self.made: set[int] = set()
         self.host: set[int] = set()
         self.base: dict[int, int] = {}
+        self.roots: dict[int, tuple[int, ...]] = {}
+        self.sources: list[HostSource] = []
+        self.named: dict[int, tuple] = {}
+        self.site = None
+        self.factory: str | None = None
+        self.moving = 0
+        self._factory_root: tuple[str, int] | None = None  # (factory, source id) of the factory call running
 
     def give(self, sid: int, offset: int) -> None:
         """A storage of a tensor the step is given (moved to MPS with it), starting at `offset`."""
@@ -76,28 +91,68 @@ class StoragePlaces:
         self.given.add(sid)
         self.base[sid] = min(offset, self.base.get(sid, offset))
 
+    def is_host(self, sid: int) -> bool:
+        """Whether a storage is (or, when first read, will be) on the host."""
+        return sid in self.host or (self.tracking and sid >= 0 and sid not in self.given and sid not in self.made)
+
     def read(self, sid: int) -> bool:
-        """Whether a storage an op reads is on the host (a storage first met here existed before the step
-        without being given: it stays on the CPU)."""
-        if self.tracking and sid not in self.given and sid not in self.made and sid >= 0:
-            self.host.add(sid)
+        """Whether a storage an op reads is on the host. A storage first met here existed before the step without
+        being given — it stays on the CPU, a source of its own — unless a Python factory is running: then it is the
+        factory's own tensor (`torch.tensor(data)` makes one outside the dispatcher and lifts it), where the factory
+        makes it."""
+        if self.tracking and sid not in self.given and sid not in self.made and sid >= 0 and sid not in self.host:
+            if self.moving:
+                self.made.add(sid)
+            elif self.factory is not None:
+                self.mark_host(sid, self.factory_source())
+            else:
+                kind, name, where = self.named.get(sid, ("before-step", None, None))
+                self._host(sid, (self._source(kind, name, where or self.site, where is None),))
         return sid in self.host
 
-    def made_by(self, sids, inputs_on_host: bool) -> None:
-        """Storages an op returned: on the host when every tensor argument was (and there was one)."""
+    def made_by(self, sids, roots: tuple[int, ...] = ()) -> None:
+        """Storages an op returned: on the device while a `.to(device)` runs; on the host when a factory without
+        `device=` made them (a source of their own) or when every tensor argument was (`roots`: theirs)."""
         for sid in sids:
             if sid in self.given or sid in self.made or sid in self.host:
                 continue  # an in-place op or a view: the storage keeps its place
             self.made.add(sid)
-            if inputs_on_host:
-                self.host.add(sid)
+            if self.moving:
+                continue
+            if self.factory is not None:
+                self._host(sid, (self.factory_source(),))
+            elif roots:
+                self._host(sid, roots)
+
+    def factory_source(self) -> int:
+        """The source id of the factory call running now (one per call, however many storages it makes)."""
+        if self._factory_root is None or self._factory_root[0] is not self.factory:
+            self._factory_root = (self.factory, self._source("factory", self.factory, self.site))
+        return self._factory_root[1]
+
+    def end_factory(self) -> None:
+        """The factory call has returned."""
+        self.factory, self._factory_root = None, None
+
+    def mark_host(self, sid: int, root: int) -> None:
+        """A storage that is on the host from `root` on (a factory's result the recorder did not see made)."""
+        self.made.add(sid)
+        self._host(sid, (root,))
+
+    def _host(self, sid: int, roots: tuple[int, ...]) -> None:
+        self.host.add(sid)
+        self.roots[sid] = roots
+
+    def _source(self, kind: str, name: str | None, where, first_read: bool = False) -> int:
+        self.sources.append(HostSource(len(self.sources) + 1, kind, name, where, first_read))
+        return len(self.sources)
 
 
-def describe(t: torch.Tensor, storages: StorageIds, made_on_host: bool | None = None) -> TensorMeta:
+def describe(t: torch.Tensor, storages: StorageIds, made_from: tuple[int, ...] | None = None) -> TensorMeta:
     """dtype, shape, stride, device, storage id, bytes, storage offset (from where a given tensor starts),
-    requires_grad and whether it stays on the host (StoragePlaces) of one tensor: an argument the op reads
-    (`made_on_host` None) or a result of an op whose tensor arguments were all on the host (True) or not (False),
-    and its layout."""
+    requires_grad and whether it stays on the host (StoragePlaces, with the sources it comes from) of one tensor:
+    an argument the op reads (`made_from` None) or a result of an op (`made_from`: the sources of its tensor
+    arguments when they were all on the host, else ()), and its layout."""
     dtype = t.dtype
     known = _DTYPES.get(dtype)
     if known is None:
@@ -120,10 +175,10 @@ def describe(t: torch.Tensor, storages: StorageIds, made_on_host: bool | None = 
     sid = storages.of(t)
     placement = storages.placement
     if placement.tracking:
-        if made_on_host is None:
+        if made_from is None:
             placement.read(sid)
         else:
-            placement.made_by((sid,), made_on_host)
+            placement.made_by((sid,), made_from)
     try:
         offset = t.storage_offset()
     except (RuntimeError, NotImplementedError):  # sparse and other non-strided layouts
@@ -133,7 +188,7 @@ def describe(t: torch.Tensor, storages: StorageIds, made_on_host: bool | None = 
     offset = offset - placement.base.get(sid, 0) if offset >= 0 else UNKNOWN
     layout = t.layout
     key = (name, shape, tuple(stride), where, sid, nbytes, offset, t.requires_grad, sid in placement.host,
-           "strided" if layout is _STRIDED else str(layout).removeprefix("torch."))
+           "strided" if layout is _STRIDED else str(layout).removeprefix("torch."), placement.roots.get(sid, ()))
     meta = storages.metas.get(key)
     if meta is None:
         meta = storages.metas[key] = TensorMeta(*key)

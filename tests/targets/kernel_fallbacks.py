@@ -67,7 +67,7 @@ class _GridMedian(nn.Module):
 
     def forward(self, x):
         y = self.conv(x)
-        theta = torch.eye(2, 3).expand(y.shape[0], 2, 3)
+        theta = torch.eye(2, 3, device=y.device).expand(y.shape[0], 2, 3)
         grid = F.affine_grid(theta, list(y.shape), align_corners=False)
         return F.grid_sample(y, grid, align_corners=False).sum() + y.median()
 

@@ -38,7 +38,7 @@ class _Scalars(nn.Module):
         self.proj = nn.Linear(4, 4)
 
     def forward(self, x):
-        ids = torch.arange(8).view(2, 4)
+        ids = torch.arange(8, device=x.device).view(2, 4)  # on the step's device, as a Mac needs it
         hashed = (ids % 3) + (ids & 1) + (ids | 2) + (ids ^ 1)
         y = self.proj(x)
         z = torch.fmod(y, 0.5) + torch.xlogy(y, 2.0) + torch.copysign(y, -1.0)

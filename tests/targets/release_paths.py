@@ -24,7 +24,7 @@ def loss_fn(outputs, inputs):
     if outputs.dim() == 2 and outputs.shape[1] == 1:
         return F.binary_cross_entropy_with_logits(outputs, torch.ones_like(outputs))
     if outputs.dim() == 2 and outputs.shape[1] == 5:
-        target = F.one_hot(torch.tensor([0, 1, 2, 3]), 5).to(outputs.dtype)
+        target = F.one_hot(torch.tensor([0, 1, 2, 3], device=outputs.device), 5).to(outputs.dtype)
         return F.mse_loss(outputs, target)
     return outputs.sum()
 

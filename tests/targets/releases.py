@@ -31,7 +31,7 @@ def loss_fn(outputs, inputs):
     """CTC loss against fixed 3-token targets (for `ctc`), else the sum of the outputs."""
     if outputs.dim() != 3 or outputs.shape[-1] != 5:
         return outputs.sum()
-    targets = torch.tensor([[1, 2, 3], [2, 3, 4]])
+    targets = torch.tensor([[1, 2, 3], [2, 3, 4]], device=outputs.device)  # the lengths may stay on the CPU
     return F.ctc_loss(outputs, targets, torch.tensor([12, 12]), torch.tensor([3, 3]))
 
 

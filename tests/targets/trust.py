@@ -59,8 +59,8 @@ class Custom(nn.Module):
         with torch.no_grad():
             a = torch.ops.trustlab.cpu_only(x)
             b = torch.ops.trustlab.with_mps(x)
-            boxes = torch.tensor([[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.1]])
-            keep = torchvision.ops.nms(boxes, torch.tensor([0.9, 0.8]), 0.5)
+            boxes = torch.tensor([[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.1]], device=x.device)
+            keep = torchvision.ops.nms(boxes, torch.tensor([0.9, 0.8], device=x.device), 0.5)
         return self.fc(x + a + b + keep.sum())
 
 

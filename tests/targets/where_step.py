@@ -17,7 +17,7 @@ def build_model():
 def train_step(model, optimizer, inputs):
     """Forward, a label-smoothed loss, backward, step: the lines test_where.py pins."""
     logits = model(inputs)
-    loss = F.cross_entropy(logits, torch.tensor([1, 3]), label_smoothing=0.1)
+    loss = F.cross_entropy(logits, torch.tensor([1, 3], device=logits.device), label_smoothing=0.1)
     loss.backward()
     optimizer.step()
     optimizer.zero_grad()
