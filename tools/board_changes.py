@@ -131,8 +131,8 @@ CAUSES = (
     Cause("conv3d", "Conv3D refused below macOS 13.2 (torch 2.3.0-2.8.0)", S23_28, (),
           "opscan/knowledge/kernel_rules.yaml rule `conv3d-macos-13-2` (04f1eb2): kernel_checks.txt kc-d5f83f60, "
           "`_mps_convolution_impl`'s `TORCH_CHECK((input_t.dim() < 5) || is_macOS_13_2_or_newer, \"Conv3D is only "
-          "supported on MPS for MacOS_13_2 or newer\")` in the 2.3.0-2.8.0 dylibs; the boards judge each release at its "
-          "minimum macOS (12.3 for 2.3-2.5, 13.0 for 2.6-2.8)", appears=("error (kernel-conv3d-macos-13-2)",)),
+          "supported on MPS for MacOS_13_2 or newer\")` in the 2.3.0-2.8.0 dylibs; the boards judge each release at "
+          "its minimum macOS (12.3 for 2.3-2.5, 13.0 for 2.6-2.8)", appears=("error (kernel-conv3d-macos-13-2)",)),
     Cause("fallback-macos-13", "in-kernel CPU fallbacks below macOS 13 (torch 2.0-2.4)", S20_24, (),
           "opscan/knowledge/kernel_rules.yaml `fallbacks` (commits 30b3205, 56d5e46; merged 444b276, after the "
           "2026-12-03 boards): each kernel's own `TORCH_WARN_ONCE(\"... supported natively starting from macOS 13.0. "
@@ -159,10 +159,11 @@ CAUSES = (
           "tools/kernel_fallback_strings.py (commit d2dc324, issue 38: 45 warnings, 0 unaccounted)",
           appears=tuple(f"cpu_fallback (kernel-fallback-{i})" for i in FALLBACKS_ISSUE_38)),
     Cause("lockstep", "torchvision's Python roi_align autograd (torch 2.4 API) judged as a missing API (2.0-2.3)",
-          S20_23, (), "opscan/predict/python_paths.py:52 LOCKSTEP (commit 4eddb09): a torch API only a library paired with "
-          "the release calls (torchvision 0.29.1 `torchvision/_autograd_registrations.py:344` `torch.library."
-          "register_autograd`, torch 2.4.0+; py_drift.txt: no `make_autograd_impl` before 2.4.0) is that library's drift; a Mac on torch 2.0-2.3 runs torchvision 0.15-0.18, "
-          "which registered roi_align's autograd in C++", gone_rows=(
+          S20_23, (), "opscan/predict/python_paths.py:52 LOCKSTEP (commit 4eddb09): a torch API only a library "
+          "paired with the release calls (torchvision 0.29.1 `torchvision/_autograd_registrations.py:344` "
+          "`torch.library.register_autograd`, torch 2.4.0+; py_drift.txt: no `make_autograd_impl` before 2.4.0) is "
+          "that library's drift; a Mac on torch 2.0-2.3 runs torchvision 0.15-0.18, which registered roi_align's "
+          "autograd in C++", gone_rows=(
               "torchvision::roi_align error (missing-api)", "torchvision::_roi_align_backward error (missing-api)")),
     Cause("lockstep", "roi_align has no MPS kernel in torchvision 0.15 (torch 2.0.x): the row the error hid", ("2.0",),
           (), "opscan/knowledge/torchvision.yaml (rule torchvision-mps-later): pytorch/vision "
