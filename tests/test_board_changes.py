@@ -24,8 +24,9 @@ from board_changes import CAUSES, main, read_board  # noqa: E402
 RELEASES = ("2.0.0", "2.1.0", "2.5.0", "2.14.1")
 
 
-def _cell(release: str, lane: str, *rows: tuple[str, str]) -> Cell:
-    blocking = tuple(BlockingRow(op, ("float32",), verdict, "r", "e", "s", "predicted") for op, verdict in rows)
+def _cell(release: str, lane: str, *rows: tuple[str, ...]) -> Cell:
+    blocking = tuple(BlockingRow(op, ("float32",), verdict, rule[0] if rule else "r", "e", "s", "predicted")
+                     for op, verdict, *rule in rows)
     return Cell(ReleaseResult(release, lane, ("why",), not rows, blocking, 10))
 
 
@@ -43,7 +44,8 @@ OLD = _board(("vit", (_cell("2.0.0", "dual-track", LERP), _cell("2.1.0", "dual-t
 NEW = _board(("vit", (_cell("2.0.0", "mac-first"), _cell("2.1.0", "mac-first"),  # 2.1.0: no cause removes lerp_
                       _cell("2.5.0", "mac-first"), _cell("2.14.1", "dual-track", ("aten::take", "unsupported")))),
              ("cnn", (_cell("2.0.0", "mac-first"), _cell("2.1.0", "mac-first"),
-                      _cell("2.5.0", "linux-gpu-first", ("aten::mps_convolution_backward", "mismatch")),
+                      _cell("2.5.0", "linux-gpu-first",
+                            ("aten::mps_convolution_backward", "mismatch", "silent-bug-140902")),
                       _cell("2.14.1", "mac-first"))))
 
 
@@ -165,3 +167,14 @@ def test_every_fallback_cause_covers_exactly_its_rules_releases():
                 assert set(cause.series) == series[rule], (cause.key, rule)
                 named += 1
     assert named >= 14
+
+
+def test_a_silent_row_is_claimed_by_the_change_that_added_its_entry():
+    """`mismatch` rows are claimed per silent_bugs.yaml entry: issue 26's entries (the 2026-12-03 boards) by `silent`,
+    114692 (issue 34) by `silent-34`; a row of an entry neither names is unexplained, not absorbed by its verdict."""
+    def keys(release: str, rule: str) -> list[str]:
+        return [c.key for c in CAUSES if c.adds(release, "mismatch", rule, "aten::zero_")]
+
+    assert keys("2.0.0", "silent-bug-114692") == ["silent-34"]
+    assert keys("2.5.0", "silent-bug-140902") == ["silent"]
+    assert keys("2.5.0", "silent-bug-999999") == []

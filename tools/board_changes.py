@@ -46,6 +46,7 @@ FALLBACKS_MACOS_13 = ("upsample-nearest-macos-13", "upsample-bilinear2d-scale-ma
                       "unique-dim-consecutive-macos-13")
 FALLBACKS_ISSUE_38 = ("sort-macos-13", "topk-k16-macos-13")  # d2dc324, same releases
 SILENT_ISSUE_34 = ("114692",)  # silent_bugs.yaml entries issue 34 added that the re-scanned boards meet
+SILENT_ISSUE_26 = ("110120", "133520", "140902", "180984", "187117")  # the entries the 2026-12-03 boards met
 
 
 @dataclass(frozen=True)
@@ -192,9 +193,11 @@ CAUSES = (
           "torchvision 0.29.1 `torchvision/models/swin_transformer.py:178` (`qkv_bias[length : 2 * length].zero_()`, "
           "Swin V2) meets", appears=tuple(f"mismatch (silent-bug-{i})" for i in SILENT_ISSUE_34)),
     Cause("silent", "a known MPS silent-correctness bug (verdict `mismatch`)", (), (),
-          "opscan/knowledge/silent_bugs.yaml (issue 26, after the old boards): a call that meets an entry's "
+          "opscan/knowledge/silent_bugs.yaml (issue 26, after the 2026-12-01 boards): a call that meets an entry's "
           "condition in an affected release is predicted `mismatch` (rule silent-bug-<id>, the pytorch issue and "
-          "fix PR in the row's source); the old boards had no such verdict", appears=("mismatch",)),
+          "fix PR in the row's source); the 2026-12-01 boards had no such verdict. Only the entries the 2026-12-03 "
+          "boards met: a later entry's rows are claimed by the change that added it",
+          appears=tuple(f"mismatch (silent-bug-{i})" for i in SILENT_ISSUE_26)),
 )
 
 
