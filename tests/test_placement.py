@@ -152,6 +152,25 @@ def test_a_host_copy_handed_back_to_a_device_op_is_an_error_at_the_move():
     assert not _placed(fixed) and all(r.verdict == Verdict.NATIVE for r in fixed.rows)
 
 
+def test_numpy_float64_cast_to_float32_while_moving_never_exists_on_mps():
+    report = _scan("placement.py", "from_array")
+    assert not _placed(report) and report.lane.name == "mac-first"
+    assert all(r.verdict == Verdict.NATIVE for r in report.rows), [(r.op.display, r.dtypes, r.verdict) for r in
+                                                                   report.rows if r.verdict != Verdict.NATIVE]
+    cast = _row(report, "aten::copy_")
+    assert any(r.dtypes == ("float32", "float64") and r.evidence.rule == "placement-cast-on-host"
+               for r in _rows(report, "aten::copy_")), cast
+    moves = report.transfers["implicit"]  # the three moves to the device, once each; the host-side casts move nothing
+    assert moves["calls"] == moves["h2d_syncs"] == 3 and moves["d2h_bytes"] == 0
+
+
+def test_numpy_float64_moved_without_a_dtype_is_float64_on_mps():
+    report = _scan("placement.py", "from_array_float64")
+    assert any(r.dtypes == ("float64", "float64") and r.verdict == Verdict.UNSUPPORTED_DTYPE
+               for r in _rows(report, "aten::copy_"))
+    assert report.lane.name != "mac-first"
+
+
 @pytest.mark.parametrize("name", ["embed_fixed", "scale_fixed", "masked_fixed"])
 def test_the_fixed_steps_have_no_placement_finding(name):
     report = _scan("placement.py", name)

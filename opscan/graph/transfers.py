@@ -17,7 +17,9 @@ Rules (docs/graph.md; sources: aten/src/ATen/native/CPUFallback.cpp, mps/operati
   (`aten::_local_scalar_dense`) of a device tensor copy it to the host: its bytes, one sync. A host tensor
   of one or more dimensions read by a device call must have been moved there (`.to(device)`, invisible in
   a CPU trace; `torch.tensor(data, device=...)` builds it on the host first too): its bytes host -> device,
-  one sync, once per tensor (empty ones are skipped).
+  one sync, once per tensor (empty ones are skipped). The trace's placement model (a tensor that stays on the
+  host on a Mac: `TensorMeta.host`, trace/tensors.py) marks host tensors too: a NumPy array cast on the CPU
+  before its move, a `.cpu()` copy, a factory's tensor made without `device=`.
 """
 
 from __future__ import annotations
@@ -133,7 +135,7 @@ def account(g: nx.DiGraph) -> Transfers:
 def _price(data: dict, host: set, moved: set) -> tuple[str, str, Cost, bool]:
     """(kind, label, cost, results on the host) of one call."""
     args = data["args"]
-    device_args = [a for a in args if a.producer not in host]
+    device_args = [a for a in args if a.producer not in host and not a.meta.host]
     if data["move"]:
         return "explicit", data["move"], _to_host(device_args), True
     if args and not device_args:
@@ -144,7 +146,7 @@ def _price(data: dict, host: set, moved: set) -> tuple[str, str, Cost, bool]:
         back = _written_back(data)
         return "fallback", "CPU fallback", _to_host(device_args) + Cost(
             h2d_bytes=sum(t.nbytes for t in back), h2d_syncs=len(back)), False
-    fresh = [a for a in args if a.producer in host and a.meta.shape and a.meta.nbytes
+    fresh = [a for a in args if (a.producer in host or a.meta.host) and a.meta.shape and a.meta.nbytes
              and (a.producer, key_of(a.meta)) not in moved]
     moved.update((a.producer, key_of(a.meta)) for a in fresh)
     cost = Cost(h2d_bytes=sum(a.meta.nbytes for a in fresh), h2d_syncs=len(fresh))

@@ -13,12 +13,12 @@ from __future__ import annotations
 from opscan.predict import placement, release_paths, silent
 from opscan.predict.bind import arguments, recording
 from opscan.predict.runtime_checks import needs_args, note_from_shapes
-from opscan.predict.dtype_rules import NO_MPS_DTYPES
+from opscan.predict.dtype_rules import lacks_dtype
 from opscan.predict.rules import predict_op
 from opscan.predict.sparse import predict_sparse, sparse_layouts
 from opscan.knowledge import Knowledge
 from opscan.mps_view import BRANCHED_COMPOSITES, COPY, SRC_COPY, MpsCall
-from opscan.opkey import OpKey, parse_macos
+from opscan.opkey import OpKey
 from opscan.verdict import Classification, Evidence, Verdict
 
 # rules whose native verdict is a kernel of the op's own (decided_by "kernel"), not inferred by a rule
@@ -101,7 +101,7 @@ def _classify(call: MpsCall, kb: Knowledge, note, args=None) -> Classification:
     layouts = sparse_layouts(call)
     if layouts:  # never a dense verdict for a sparse tensor (predict/sparse.py)
         return predict_sparse(call.op, layouts, kb)
-    if call.callees == () and not _wide(call.dtypes, kb):
+    if call.callees == () and not lacks_dtype(call.dtypes, kb):
         return Classification(Verdict.NATIVE, Evidence(
             "composite-metadata",
             f"{call.op} is composite and dispatches no other op (a view, or checked on CPU and meta "
@@ -112,7 +112,7 @@ def _classify(call: MpsCall, kb: Knowledge, note, args=None) -> Classification:
         return release_paths.judge_added(call, kb)
     # copy_ is MPS's own copy whichever composite issued it, also one whose path in the release is not known
     # (release_paths marks that call UNKNOWN_RULE over its mps-copy rule)
-    if (call.rule == "mps-copy" or call.op == COPY) and not _wide(call.dtypes, kb):
+    if (call.rule == "mps-copy" or call.op == COPY) and not lacks_dtype(call.dtypes, kb):
         return Classification(Verdict.NATIVE, Evidence(
             "mps-copy", f"copy_ into or out of an MPS tensor runs MPS's own copy (torch {kb.release})", SRC_COPY))
     found = predict_op(call.op, call.dtypes, kb, callees=call.callees or None, args_note=note, cpu_op=call.cpu_op,
@@ -124,14 +124,6 @@ def _classify(call: MpsCall, kb: Knowledge, note, args=None) -> Classification:
         return Classification(found.verdict, Evidence(found.evidence.rule, text, found.evidence.source),
                               found.remedy, found.since)
     return found
-
-
-def _wide(dtypes, kb: Knowledge) -> bool:
-    """A dtype MPS lacks for this call: float64/complex128 always, or one the release lacks (at the assumed macOS,
-    facts.yaml dtype_limits), so no view or copy of it exists either: predict_op's dtype rules decide."""
-    lacking = {limit.dtype for limit in kb.facts.dtype_limits
-               if limit.min_macos is None or kb.macos < parse_macos(limit.min_macos)}
-    return any(d in NO_MPS_DTYPES or d in lacking for d in dtypes)
 
 
 def decided_by(classification: Classification) -> str:

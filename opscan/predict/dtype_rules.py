@@ -41,6 +41,14 @@ GATE_LISTS = ("MACOS_BEFORE_14_4_XFAILLIST", "MACOS_BEFORE_15_0_XFAILLIST")
 _FACTS = "mps_facts.md"
 
 
+def lacks_dtype(dtypes, kb) -> bool:
+    """A dtype MPS lacks for a call: float64/complex128 always, or one the release lacks (at the assumed macOS,
+    facts.yaml dtype_limits), so no view or copy of it exists either: predict_op's dtype rules decide."""
+    lacking = {limit.dtype for limit in kb.facts.dtype_limits
+               if limit.min_macos is None or kb.macos < parse_macos(limit.min_macos)}
+    return any(d in NO_MPS_DTYPES or d in lacking for d in dtypes)
+
+
 def result(verdict: Verdict, rule: str, text: str, source: str, remedy: str | None = None) -> Classification:
     """A Classification with its evidence."""
     return Classification(verdict, Evidence(rule, text, source), remedy)

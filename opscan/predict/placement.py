@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 
 from opscan.knowledge.placement import placement_rule
+from opscan.predict.dtype_rules import lacks_dtype
 from opscan.opkey import OpKey
 from opscan.verdict import Classification, Evidence, Verdict
 
@@ -26,6 +27,11 @@ REMEDY = ("put the tensor on the step's device where it is made — `device=x.de
           "`self.register_buffer(...)` for a module's tensor, `.to(out.device)` for a tensor made before the step; "
           "the placement finding names its line (or tell opscan your code moves it: device_tensors() in the target)")
 _JUDGED = frozenset({Verdict.NATIVE, Verdict.UNKNOWN, Verdict.MISMATCH})  # verdicts whose call runs an MPS kernel
+CAST_RULE = "placement-cast-on-host"
+_COPIES = frozenset({"copy_", "_to_copy", "_copy_from", "_copy_from_and_resize"})
+_SRC_CAST = ("aten/src/ATen/native/mps/operations/Copy.mm copy_to_mps_: a CPU source of another dtype is converted on "
+             "the CPU before the copy — the oldest form read ('In case of dtype change, perform conversion on source "
+             "device': `src.to(dst_.dtype())`) and the newest (`src_.to(dst_.dtype())` before `expand_as`) alike [src]")
 
 
 def placement_key(call) -> tuple | None:
@@ -50,6 +56,9 @@ def placed(call, kb, found: Classification) -> Classification:
         return Classification(Verdict.NATIVE, Evidence(
             HOST_RULE, f"every tensor of this call stays on the CPU on a Mac ({_hosts(inputs or call.outputs)}): "
                        f"the CPU's kernel runs it, as in the trace, not an MPS one", _SOURCE))
+    cast = _cast_on_host(call, kb)
+    if cast is not None:
+        return cast
     if not any(t.host and t.host_from for t in inputs) or found.verdict not in _JUDGED:
         return found  # (a composite's wrapped scalar, a host tensor with no source: PyTorch's own, as traced)
     rule = placement_rule(call.op, kb.release, _in_table(kb.yaml))
@@ -70,6 +79,22 @@ def placed(call, kb, found: Classification) -> Classification:
         return _unknown(call, kb, f"whether its MPS kernel takes {open_[0]} on the CPU is not established "
                                   f"(placement rule {rule.id})", rule.source, found)
     return found
+
+
+def _cast_on_host(call, kb) -> Classification | None:
+    """A copy from a host tensor of a dtype MPS lacks (NumPy's float64) into a device tensor of one it has: MPS's
+    copy converts the source to the destination's dtype on the CPU first, in every release, so the copy runs."""
+    if call.op.name not in _COPIES:
+        return None
+    sources, targets = (call.inputs[1:], call.inputs[:1]) if call.op.name == "copy_" else (call.inputs, call.outputs)
+    if not sources or not targets or any(t.host for t in targets) or not all(t.host for t in sources):
+        return None
+    if not lacks_dtype([t.dtype for t in sources], kb) or lacks_dtype([t.dtype for t in targets], kb):
+        return None
+    return Classification(Verdict.NATIVE, Evidence(
+        CAST_RULE, f"a {sources[0].dtype} tensor on the CPU copied into a {targets[0].dtype} MPS tensor: MPS's copy "
+                   f"converts it on the CPU first, so no {sources[0].dtype} tensor exists on MPS (torch {kb.release})",
+        _SRC_CAST))
 
 
 def _sort(rule, inputs) -> tuple[list[tuple[str, str]], list[str]]:

@@ -8,7 +8,9 @@ in a CPU trace, but on a Mac only the second lands on MPS. Two jobs of the trace
 - `HostFactories`: a factory called without `device=` (or with the string "cpu"), under a CPU default device,
   makes a tensor that stays on the CPU: its storage is a host source, named by the factory and the line that
   called it; with a `device=`, what it makes is on the device (`torch.tensor(data, device=d)` included, whose
-  data tensor the dispatcher first meets when it is lifted). That lets a condition see a CPU tensor meet an MPS
+  data tensor the dispatcher first meets when it is lifted), except from a NumPy array, which PyTorch wraps on the
+  CPU and then moves (`.to(d, dtype)`, converting on the CPU): the wrap is a host call and the move a copy.
+  That lets a condition see a CPU tensor meet an MPS
   tensor in one call (a scheduler's `sigmas[i]` multiplying an MPS latent), and a verdict see an MPS kernel
   handed a CPU tensor.
 - `DeviceMoves`: the user's own `.to(device)` (any device but the string "cpu"; a tensor argument: that
@@ -62,6 +64,8 @@ class HostFactories:
             device = kwargs.get("device")
             if not placement.tracking or placement.factory is not None:
                 return inner(func, args, kwargs)
+            if device not in (None, "cpu") and args and _is_array(args[0]):
+                return self._from_array(func, args, kwargs, inner)
             if not (device is None or device == "cpu") or not _default_is_cpu():  # made on the device
                 placement.moving += 1
                 try:
@@ -79,6 +83,25 @@ class HostFactories:
                 placement.end_factory()
             return out
         return run
+
+
+    def _from_array(self, func, args, kwargs, inner):
+        """`torch.tensor(array, dtype=..., device=d)`: PyTorch wraps a NumPy array on the CPU and then moves it with
+        `.to(d, dtype)`, which converts on the CPU first (Copy.mm copy_to_mps_): the wrap and the cast are host
+        calls (a float64 array never exists on MPS) and the move is the copy a Mac makes."""
+        placement = self.storages.placement
+        placement.factory = f"torch.{func.__name__}"
+        try:
+            out = inner(func, args, kwargs)
+        finally:
+            placement.end_factory()
+        if not isinstance(out, torch.Tensor):
+            return out
+        placement.moving += 1
+        try:
+            return _copy(out)
+        finally:
+            placement.moving -= 1
 
 
 class DeviceMoves:
@@ -191,6 +214,11 @@ def _copy(x: torch.Tensor) -> torch.Tensor:
     """The copy a Mac makes of a host tensor it moves to the device (a real tensor's, for real)."""
     with contextlib.nullcontext() if isinstance(x, FakeTensor) else unset_fake_temporarily():
         return call_through(torch.ops.aten._to_copy.default, x)
+
+
+def _is_array(data) -> bool:
+    """A NumPy array (checked by its type's module: NumPy is not imported for this)."""
+    return type(data).__module__ == "numpy" and type(data).__name__ == "ndarray"
 
 
 def _default_is_cpu() -> bool:

@@ -247,3 +247,30 @@ def host_copy_back():
 
 def host_copy_back_fixed():
     return HostCopyBack(fixed=True), torch.randn(2, 4)
+
+
+class FromArray(nn.Module):
+    """NumPy's float64 data brought to the device as float32 (an environment's observation): cast while moving,
+    `torch.as_tensor(..., dtype=, device=)` and `torch.tensor(..., dtype=, device=)`; `keep_float64` leaves the
+    dtype out, so a float64 tensor lands on MPS."""
+
+    def __init__(self, keep_float64=False):
+        super().__init__()
+        self.lin, self.keep_float64 = nn.Linear(4, 4), keep_float64
+
+    def forward(self, x):
+        obs = np.linspace(0.0, 1.0, 8).reshape(2, 4)  # float64
+        if self.keep_float64:
+            return self.lin(x).sum() + torch.tensor(obs, device=x.device).sum()
+        a = torch.from_numpy(obs).to(x.device, torch.float32)
+        b = torch.as_tensor(obs, dtype=torch.float32, device=x.device)
+        c = torch.tensor(obs, dtype=torch.float32, device=x.device)
+        return self.lin(x + a + b + c).sum()
+
+
+def from_array():
+    return FromArray(), torch.randn(2, 4)
+
+
+def from_array_float64():
+    return FromArray(keep_float64=True), torch.randn(2, 4)
