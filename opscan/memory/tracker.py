@@ -111,20 +111,31 @@ class StorageTracker(TorchDispatchMode):
 
     def observe(self, func, args, kwargs, ins: list | None = None):
         """Run one call, counting the storages it reads (`ins`: its tensor arguments, when known) and makes."""
+        return self.run(func, args, kwargs, tensors_in(args, kwargs) if ins is None else ins, _may_resize(func))[0]
+
+    def run(self, func, args, kwargs, ins: list, grows: bool) -> tuple[object, list]:
+        """`observe` for a mode that has read the call already — its tensor arguments `ins`, whether it writes into
+        one (`grows`: an out= variant or `resize_` can grow a storage) — returning the result and its tensors."""
         self.calls += 1
         self._func = func
         if self.call_marks is not None:
             self.call_marks.append((len(self._events), node_mark()))
-        for t in tensors_in(args, kwargs) if ins is None else ins:
-            self._see(t, False)
+        current = self._current
+        for t in ins:
+            try:
+                known = t.untyped_storage()._cdata in current
+            except (RuntimeError, NotImplementedError, TypeError):
+                continue
+            if not known:  # (a storage already counted, read again: nothing to do)
+                self._see(t, False)
         if self.cache is None:
             out = call_through(func, *args, **kwargs)
         else:
             out = self.cache.call(func, args, kwargs, lambda: call_through(func, *args, **kwargs))
-        grows = _may_resize(func)
-        for t in tensors_in(out):
+        outs = tensors_in(out)
+        for t in outs:
             self._see(t, grows)
-        return out
+        return out, outs
 
     def events_now(self) -> int:
         """How many events were recorded so far (the recorder marks each call with it: trace/repeat.py)."""

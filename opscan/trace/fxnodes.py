@@ -107,12 +107,16 @@ class FxNodeTagger:
     def wrap(self, inner):
         """The chain link for every call: its fx node set while it runs (trace/functions.py)."""
         tracker, recorder, leaves, functions = self.tracker, self.recorder, self.leaves, self.functions
+        names: dict = {}  # func -> _name(func), once per function
 
         def run(func, args, kwargs):
-            scope = tracker.current
-            if scope is None or tracker.root_depth == 0 or scope in leaves:
+            stack = tracker.stack
+            if not stack or tracker.root_depth == 0 or stack[-1] in leaves:
                 return inner(func, args, kwargs)
-            queue = functions.get((scope, _name(func)))
+            name = names.get(func)
+            if name is None:
+                name = names[func] = _name(func)
+            queue = functions.get((stack[-1], name))
             if not queue:
                 return inner(func, args, kwargs)
             previous, recorder.fx_node = recorder.fx_node, queue.popleft()
