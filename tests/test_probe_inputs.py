@@ -197,7 +197,9 @@ def test_a_cpu_measurement_never_stands_in_for_mps():
     jsonschema.Draft202012Validator(load_schema()).validate(doc)
     text = render_table(measured, width=100)
     assert "Measured on cpu (not MPS: verdicts stay predicted)" in text
-    assert "measured on cpu (not MPS): mismatch — it ran" in text
+    # the linear row stays predicted native (no finding); its cpu measurement is listed, never as a verdict
+    assert "≠ aten::linear [float32×2]: predicted native, measured mismatch on cpu — it ran" in text
+    assert "measured on cpu (not MPS): native — it ran" in text  # a finding's own cpu measurement, beside it
 
 
 def test_a_mps_measurement_replaces_the_verdicts_and_keeps_the_predictions():
@@ -207,11 +209,13 @@ def test_a_mps_measurement_replaces_the_verdicts_and_keeps_the_predictions():
     assert linear.verdict == Verdict.MISMATCH and linear.source.value == "measured"
     assert linear.predicted["verdict"] == "native" and linear.disagrees
     jsonschema.Draft202012Validator(load_schema()).validate(measured.to_dict())
-    lines = render_table(measured, width=100).splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("#"))
-    assert "predicted" in lines[header] and not any("aten::convolution" in line for line in lines)  # agrees
-    linear = next(line for line in lines if "aten::linear" in line)
-    assert "mismatch" in linear and "native ≠" in linear  # the prediction beside the measurement
+    text = render_table(measured, width=100)
+    lines = text.splitlines()
+    assert not any("aten::convolution" in line for line in lines)  # it agrees: no disagreement, no finding
+    # the measurement's disagreement with the prediction, and the finding with the prediction beside it
+    assert "≠ aten::linear [float32×2]: predicted native, measured mismatch on mps — it ran" in text
+    finding = text[text.index("[1] "):]
+    assert "mismatch (measured)" in finding.splitlines()[0] and "    predicted: native (rule-native)" in finding
 
 
 def test_a_cap_the_cpu_refuses_falls_back_to_full_shapes_in_the_worker():

@@ -32,8 +32,10 @@ MODELS = {"resnet18": f"{EXAMPLES}/cnn.py:build_model", "bert": f"{EXAMPLES}/hf_
 DTYPES = ("float32", "float16", "bfloat16")
 CAP = 1 << 14
 # distinct call signatures of each step (torch 2.14.1, torchvision 0.29.1, transformers as pinned in
-# constraints/torch-2.14.1.txt); BERT in float16/bfloat16 adds the casts of its float32 attention mask
-PROBES = {("resnet18", "float32"): 269, ("resnet18", "float16"): 269, ("resnet18", "bfloat16"): 269,
+# constraints/torch-2.14.1.txt); BERT in float16/bfloat16 adds the casts of its float32 attention mask; resnet18's
+# loss moves its module-level targets to the logits' device (examples/cnn.py since issue 33): a copy_ and its
+# empty_strided, replayed as on a Mac where the move crosses devices
+PROBES = {("resnet18", "float32"): 271, ("resnet18", "float16"): 271, ("resnet18", "bfloat16"): 271,
           ("bert", "float32"): 258, ("bert", "float16"): 266, ("bert", "bfloat16"): 266}
 # rows whose measured verdict on cpu is not native, per model and dtype: none. float16 and bfloat16
 # included: CPU has kernels for every op of both steps, and each agrees with the float64 reference
