@@ -192,7 +192,9 @@ class StorageTracker(TorchDispatchMode):
         device = t.device.type
         if device == self.ignore_device or self._closed:
             return None
-        nbytes = self._nbytes(storage)
+        nbytes = storage.nbytes()
+        if type(nbytes) is not int:
+            nbytes = self._nbytes(storage)
         if index is not None:
             if nbytes <= self._blocks[index][0]:
                 return index

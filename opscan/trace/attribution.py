@@ -117,14 +117,13 @@ class GradFnMapper:
 
     def wrap(self, inner):
         """The chain link for every call: claim the nodes its output brought (trace/functions.py)."""
-        claim, tracker, grad_enabled = self._claim, self.tracker, torch.is_grad_enabled
+        claim, stack, grad_enabled = self._claim, self.tracker.stack, torch.is_grad_enabled
 
         def run(func, args, kwargs):
             out = inner(func, args, kwargs)
             if type(out) in _NO_TENSORS or not grad_enabled():
                 return out  # (shape queries, sizes, flags: most calls)
-            current = tracker.current
-            claim(out, "" if current is None else current)
+            claim(out, stack[-1] if stack else "")  # (the tracker's current module)
             return out
         return run
 
@@ -147,9 +146,14 @@ class GradFnMapper:
             todo.extend(fn for fn, _ in node.next_functions)
 
 
-def backward_module(mapper: GradFnMapper, tracker: ModuleTracker) -> tuple[str, str] | None:
-    """(module path, how it was found) for a call made by the autograd engine, else None."""
-    node = torch._C._current_autograd_node()
+_UNREAD = object()  # backward_module's node, not read by its caller
+
+
+def backward_module(mapper: GradFnMapper, tracker: ModuleTracker, node=_UNREAD) -> tuple[str, str] | None:
+    """(module path, how it was found) for a call made by the autograd engine, else None (`node`: the autograd node
+    running now, when the caller has read it)."""
+    if node is _UNREAD:
+        node = torch._C._current_autograd_node()
     if node is None:
         return None
     if type(node).__name__ == _ACCUMULATE:
@@ -182,7 +186,11 @@ class PhaseTracker:
 
     def current(self) -> str:
         """The phase of a call made now."""
-        if torch._C._current_autograd_node() is not None:
+        return self.at(torch._C._current_autograd_node())
+
+    def at(self, node) -> str:
+        """The phase of a call made now, while autograd node `node` runs (None: outside the engine)."""
+        if node is not None:
             self.after_backward = True
             return "backward"
         if self.tracker.root_depth > 0:

@@ -109,7 +109,8 @@ class CallRecorder(TorchDispatchMode):
             return self._decomposed(func, args, kwargs)
         if plan.numbers_at or plan.numbers_named:  # a composite's wrapped scalar may come back as a number
             args, kwargs = self._rewrapped(plan, args, kwargs)
-        phase = self.phases.current()
+        node = _current_autograd_node()  # (read once: the call's phase, backward module, sequence number and site)
+        phase = self.phases.at(node)
         # a composite's callee, re-dispatched by this mode, was issued where its composite was
         if self.parents:
             site = self._parent_site
@@ -130,25 +131,27 @@ class CallRecorder(TorchDispatchMode):
             self.event_marks.append(self.below.events_now())
         # what the call makes is on the host when its tensor arguments all are; a callee with none (the empty a
         # composite allocates its result with, from self's options) where its composite's are
-        made_from = _host_roots(inputs) if inputs and all(t.host for t in inputs) else (
-            self._made_from[-1] if not inputs and self._made_from else ())
+        made_from = _sources_of(inputs, self._made_from)
         self._made_from.append(made_from)
         try:
             out, outs, expanded = self._run(func, plan, index, args, kwargs, ins)
         except Exception as exc:  # the step may catch it ("try float16, else float32"): keep the call
             self._store(index, op, phase, inputs, (), shown, spec, False, f"{type(exc).__name__}: {exc}", site,
-                        plan.bookkeeping)
+                        plan.bookkeeping, node)
             raise
         finally:
             self._made_from.pop()
         outputs = tuple([describe(t, storages, made_from) for t in outs])
-        self._store(index, op, phase, inputs, outputs, shown, spec, expanded, None, site, plan.bookkeeping)
+        self._store(index, op, phase, inputs, outputs, shown, spec, expanded, None, site, plan.bookkeeping, node)
         return out
 
     def _run(self, func, plan, index: int, args, kwargs, ins) -> tuple[object, list, bool]:
         """(the call's result, its tensors, whether its callees were recorded): run by the modes below and the
         kernels, or expanded (expansion.py)."""
-        if len(self.parents) >= MAX_EXPANSION_DEPTH or not self._expands_op(func, plan.op):
+        expands = self._expands.get(id(func))
+        if expands is None:
+            expands = self._expands_op(func, plan.op)
+        if not expands or len(self.parents) >= MAX_EXPANSION_DEPTH:
             if self.below is None:
                 out = call_through(func, *args, **kwargs)
                 return out, tensors_in(out), False
@@ -186,10 +189,11 @@ class CallRecorder(TorchDispatchMode):
             self.event_marks.append(self.below.events_now())
         spec = encode_args(args, kwargs) if args or kwargs else None
         site = self._parent_site = self.sites.of(sys._getframe(1))
-        phase = self.phases.current()
+        node = _current_autograd_node()
+        phase = self.phases.at(node)
         inputs = tuple([describe(t, self.storages) for t in tensors_in(args, kwargs)])
         self._store(len(self.calls) - 1, op, phase, inputs, (), attrs_of(args, kwargs), spec, False, raised, site,
-                    is_bookkeeping(op))
+                    is_bookkeeping(op), node)
 
     @contextlib.contextmanager
     def muted(self):
@@ -200,17 +204,18 @@ class CallRecorder(TorchDispatchMode):
         finally:
             self._muted = False
 
-    def _store(self, index, op, phase, inputs, outputs, shown, spec, expanded, raised, site, bookkeeping) -> None:
-        module, how = self._module(phase, inputs)
+    def _store(self, index, op, phase, inputs, outputs, shown, spec, expanded, raised, site, bookkeeping,
+               node) -> None:
+        """Record the call at `index` (`node`: the autograd node running it, or None)."""
+        module, how = self._module(phase, inputs, node)
         if how == "parameter" and phase == "optimizer":
             for t in outputs:  # optimizer state made from a parameter belongs to its module
                 self.param_storages.setdefault(t.storage, module)
-        node = _current_autograd_node()
         parents = self.parents
         self.calls[index] = new_call(
             index, op, phase, module, inputs, outputs, bookkeeping, self.fx_node if phase == "forward" else None, how,
             None if node is None else int(node._sequence_nr()), parents[-1] if parents else None, expanded, shown,
-            spec, raised, site[0], site[1], self.sites.where(phase, site[2]))
+            spec, raised, site[0], site[1], self.sites.where(phase, site[2], node))
 
     def through(self, func, args, kwargs):
         """The call as the modes below (the memory tracker, a fake mode) and the kernels run it."""
@@ -237,18 +242,35 @@ class CallRecorder(TorchDispatchMode):
         with self:
             return run_composite(func, args, kwargs)
 
-    def _module(self, phase: str, inputs: tuple[TensorMeta, ...]) -> tuple[str, str]:
-        current = self.tracker.current
-        if current is not None:
-            return current, "hooks"
+    def _module(self, phase: str, inputs: tuple[TensorMeta, ...], node) -> tuple[str, str]:
+        stack = self.tracker.stack
+        if stack:
+            return stack[-1], "hooks"
         if phase == "backward":
-            found = backward_module(self.mapper, self.tracker)
+            found = backward_module(self.mapper, self.tracker, node)
             if found is not None:
                 return found
-        owners = {self.param_storages[t.storage] for t in inputs if t.storage in self.param_storages}
-        if len(owners) == 1:
-            return owners.pop(), "parameter"
-        return "", "none"
+        owner = None
+        params = self.param_storages
+        for t in inputs:  # the one module that owns the parameters read, if one does
+            found = params.get(t.storage)
+            if found is not None:
+                if owner is not None and found != owner:
+                    return "", "none"
+                owner = found
+        return ("", "none") if owner is None else (owner, "parameter")
+
+
+def _sources_of(inputs, running: list) -> tuple[int, ...]:
+    """The host sources what a call makes comes from: its tensor arguments' when they are all on the host (none
+    when one is not); a call with no tensor argument (the empty a composite allocates its result with, from self's
+    options) takes those of the composite running it (`running`: the recorder's, innermost last)."""
+    if not inputs:
+        return running[-1] if running else ()
+    for t in inputs:
+        if not t.host:
+            return ()
+    return _host_roots(inputs)
 
 
 def _host_roots(inputs) -> tuple[int, ...]:

@@ -39,8 +39,8 @@ def numbers_in(positions, names, args: tuple, kwargs: dict) -> bool:
     """Whether a number sits in one of the Tensor-typed parameters (`positions`, `names`: `tensor_parameters`'s),
     that is whether `rewrapped` changes the call (a tensor or None is read by its type alone)."""
     count = len(args)
-    for i in positions:
-        if i < count and _number(args[i]):
+    for i in positions:  # (a tensor or None, most arguments, is told by its type without a call)
+        if i < count and type(args[i]) not in _NOT_NUMBERS and _number(args[i]):
             return True
     return any(_number(kwargs.get(n)) for n in names) if names else False
 

@@ -168,20 +168,20 @@ def describe(t: torch.Tensor, storages: StorageIds, made_from: tuple[int, ...] |
     where = _DEVICE_NAMES.get(device)
     if where is None:
         where = _DEVICE_NAMES[device] = str(device)
-    if t._has_symbolic_sizes_strides:
-        shape, stride = concrete(t.shape), concrete(_stride(t))
-        nbytes = 0 if UNKNOWN in shape else prod(shape) * known[1]  # 0: no negative byte sums
+    shape, stride, nbytes, offset = _sizes(t, known[1])
+    try:
+        storage = t.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        sid = -1
     else:
-        shape, stride = tuple(t.shape), _stride(t)
-        nbytes = prod(shape) * known[1]
-    sid = storages.of(t)
+        known_id = storages._live.get(storage._cdata)
+        sid = known_id[0] if known_id is not None and not _EXPIRED(known_id[1].cdata) else storages.new(storage)
     placement = storages.placement
     if placement.tracking and sid not in placement.made and sid not in placement.given:
         if made_from is None:
             placement.read(sid)
         else:
             placement.made_by((sid,), made_from)
-    offset = _offset(t)
     if offset < 0:
         offset = UNKNOWN
     elif placement.base:
@@ -193,6 +193,24 @@ def describe(t: torch.Tensor, storages: StorageIds, made_from: tuple[int, ...] |
     if meta is None:
         meta = storages.metas[key] = TensorMeta(*key)
     return meta
+
+
+def _sizes(t: torch.Tensor, itemsize: int) -> tuple[tuple, tuple, int, int]:
+    """(shape, stride, bytes, storage offset) of `t`, each read once (`describe`'s; -1 for what depends on tensor
+    values, whose bytes count 0: no negative byte sums)."""
+    if t._has_symbolic_sizes_strides:
+        shape = concrete(t.shape)
+        return shape, concrete(_stride(t)), 0 if UNKNOWN in shape else prod(shape) * itemsize, _offset(t)
+    shape = tuple(t.shape)
+    try:
+        stride = t.stride()
+    except (RuntimeError, NotImplementedError):  # sparse and other non-strided layouts
+        stride = ()
+    try:
+        offset = t.storage_offset()
+    except (RuntimeError, NotImplementedError):
+        offset = 0
+    return shape, stride, prod(shape) * itemsize, offset if type(offset) is int else concrete((offset,))[0]
 
 
 def _stride(t: torch.Tensor) -> tuple:
