@@ -33,6 +33,7 @@ from opscan.trace.guard import call_through
 from opscan.trace.tensors import tensors_in
 
 _KEEP = ("parameters", "inputs")  # roles a later mark does not override
+_OWN_READS = torch._C.DisableTorchFunction  # the optimizer hooks' reads: C getters, not calls through a torch mode
 
 
 class StorageTracker(TorchDispatchMode):
@@ -102,7 +103,8 @@ class StorageTracker(TorchDispatchMode):
     def _detach(self) -> None:
         for handle in self._handles:
             handle.remove()
-        self._mark_grads(self._params)
+        with _OWN_READS():
+            self._mark_grads(self._params)
         self._closed = True
         self._refs.clear()  # callbacks of storages that outlive the step never fire
 
@@ -167,13 +169,15 @@ class StorageTracker(TorchDispatchMode):
         self.peak = self.live
 
     def _before_step(self, optimizer, args, kwargs) -> None:
-        self._mark_grads(p for group in optimizer.param_groups for p in group["params"])
+        with _OWN_READS():
+            self._mark_grads(p for group in optimizer.param_groups for p in group["params"])
 
     def _after_step(self, optimizer, args, kwargs) -> None:
-        for state in optimizer.state.values():
-            for value in state.values():
-                if isinstance(value, torch.Tensor):
-                    self.mark(value, "optimizer_state")
+        with _OWN_READS():
+            for state in optimizer.state.values():
+                for value in state.values():
+                    if isinstance(value, torch.Tensor):
+                        self.mark(value, "optimizer_state")
 
     def _mark_grads(self, params) -> None:
         for p in params:

@@ -17,6 +17,10 @@ from torch.optim import optimizer as optim_hooks
 _ACCUMULATE = "AccumulateGrad"
 _NO_TENSORS = frozenset({bool, int, float, str, type(None), torch.Size, torch.dtype, torch.device})
 
+# opscan's own reads of tensor attributes (`grad_fn`, `grad`, `untyped_storage()`) in hooks that run outside the trace's
+# TorchFunctionMode (module and optimizer hooks): with torch functions off, each is a C getter, not a call through the
+# mode's chain of jobs (the C getter is what the mode, and a subclass's default __torch_function__, would run)
+_OWN_READS = torch._C.DisableTorchFunction
 
 class ModuleTracker:
     """Names modules by their path in the model and tracks which ones are running."""
@@ -110,10 +114,12 @@ class GradFnMapper:
 
     def _entering(self, module, args) -> None:
         stack = self.tracker.stack
-        self._claim(args, stack[-2] if len(stack) > 1 else "")
+        with _OWN_READS():
+            self._claim(args, stack[-2] if len(stack) > 1 else "")
 
     def _leaving(self, module, args, output) -> None:
-        self._claim(output, self.tracker.name_of(module))
+        with _OWN_READS():
+            self._claim(output, self.tracker.name_of(module))
 
     def wrap(self, inner):
         """The chain link for every call: claim the nodes its output brought (trace/functions.py)."""
