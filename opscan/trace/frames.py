@@ -141,6 +141,9 @@ def where(frame) -> tuple[tuple[str, ...], tuple[str, int] | None, tuple | None,
         if found is None or found[3] is not code:
             found = _KINDS[id(code)] = (*_classify(code, frame), code)
         kind = found[0]
+        if kind == SKIP:  # (most frames: opscan's, torch's dispatch and call plumbing)
+            frame = frame.f_back
+            continue
         if kind == TORCH:
             if not chain or chain[-1] != found[1]:
                 chain.append(found[1])
@@ -171,6 +174,9 @@ def _user(frame) -> tuple[tuple | None, tuple | None]:
         if found is None or found[3] is not code:
             found = _KINDS[id(code)] = (*_classify(code, frame), code)
         kind = found[0]
+        if kind == SKIP or kind == TORCH:
+            frame = frame.f_back
+            continue
         if kind == USER:
             return (found[1][0], frame.f_lineno, found[1][1]), via
         if kind == RUNNER:
