@@ -33,7 +33,7 @@ from opscan.trace.guard import call_through
 from opscan.trace.host import name_before_step
 from opscan.trace.hooks import run_composite
 from opscan.trace.plans import PLANS, plan_of
-from opscan.trace.records import OpCall, TensorMeta, new_call
+from opscan.trace.records import OpCall, TensorMeta, recorded_call
 from opscan.trace.scalars import numbers_in, rewrapped
 from opscan.trace.tensors import StorageIds, describe, tensors_in
 
@@ -212,7 +212,7 @@ class CallRecorder(TorchDispatchMode):
             for t in outputs:  # optimizer state made from a parameter belongs to its module
                 self.param_storages.setdefault(t.storage, module)
         parents = self.parents
-        self.calls[index] = new_call(
+        self.calls[index] = recorded_call(
             index, op, phase, module, inputs, outputs, bookkeeping, self.fx_node if phase == "forward" else None, how,
             None if node is None else int(node._sequence_nr()), parents[-1] if parents else None, expanded, shown,
             spec, raised, site[0], site[1], self.sites.where(phase, site[2], node))

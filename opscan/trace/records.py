@@ -128,8 +128,8 @@ class OpCall:
         return tuple(t.dtype for t in self.inputs)
 
 
-def new_call(index, op, phase, module, inputs, outputs, bookkeeping, fx_node, module_source, node, parent, expanded,
-             attrs, args_spec, raised, py, caller, where) -> OpCall:
+def recorded_call(index, op, phase, module, inputs, outputs, bookkeeping, fx_node, module_source, node, parent,
+                  expanded, attrs, args_spec, raised, py, caller, where) -> OpCall:
     """`OpCall(...)` with every field given, made without the frozen dataclass's `__init__` (one
     `object.__setattr__` per field): the recorder makes one per call. The same object in every respect
     (tests/test_trace_records.py compares them, field by field)."""
