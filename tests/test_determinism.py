@@ -40,6 +40,20 @@ def _scan_in_child(spec: str, hash_seed: str, release: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def test_the_build_is_seeded_so_shapes_that_follow_random_weights_read_the_same():
+    # what ran before the scan in the process (another model's build, a user's draws) must not change the weights
+    # the factory draws: an MoE router's random weights decide the expert's batch, as in Mixtral's zoo entry
+    spec = f"{TARGETS}:routed"
+    code = ("import json, sys, torch; from opscan.scan import ScanOptions, scan; torch.rand(int(sys.argv[2]) * 97); "
+            "r = scan(ScanOptions(sys.argv[1], memory=False)).to_dict(); r.pop('environment'); "
+            "print(json.dumps(r, sort_keys=True))")
+    reports = [json.loads(subprocess.run([sys.executable, "-c", code, spec, draws], capture_output=True, text=True,
+                                         cwd=ROOT, check=True, timeout=600).stdout.strip().splitlines()[-1])
+               for draws in ("0", "1", "7")]
+    shapes = {json.dumps([r["shapes"] for r in report["ops"] if r["op"] == "aten::addmm"]) for report in reports}
+    assert len(shapes) == 1 and reports[0] == reports[1] == reports[2], shapes
+
+
 def test_release_drift_notes_do_not_follow_hash_order():
     # at 2.0.0 the step's Python runs through units the release lacks or wrote otherwise (missing-api and drift
     # notes, one per unit): several of them, so a set's order would show

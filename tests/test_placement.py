@@ -133,6 +133,25 @@ def test_what_is_computed_only_from_host_tensors_runs_on_the_cpu_and_keeps_the_o
     assert [o[:2] for o in _origins(report)] == [("factory", "torch.rand")]  # the fill's mask came from it
 
 
+def test_what_cpu_returns_stays_on_the_host_and_float64_math_on_it_runs_on_the_cpu():
+    report = _scan("placement.py", "host_metrics")
+    for op in ("aten::_softmax", "aten::log", "aten::mean.dim"):  # float64 on the host: the CPU's kernels
+        row = _row(report, op)
+        assert row.dtypes[0] == "float64" and row.verdict == Verdict.NATIVE and row.evidence.rule == "placement-host"
+    assert not _placed(report) and report.lane.name == "mac-first"
+    assert all(r.verdict == Verdict.NATIVE for r in report.rows)
+
+
+def test_a_host_copy_handed_back_to_a_device_op_is_an_error_at_the_move():
+    report = _scan("placement.py", "host_copy_back")
+    div = _row(report, "aten::div.Tensor")
+    assert div.verdict == Verdict.ERROR and div.evidence.rule.startswith("placement-")
+    line = _line(TARGETS / "placement.py", '.amax(0).to("cpu")')
+    assert ("to-host", ".to('cpu')", line) in _origins(report)
+    fixed = _scan("placement.py", "host_copy_back_fixed")
+    assert not _placed(fixed) and all(r.verdict == Verdict.NATIVE for r in fixed.rows)
+
+
 @pytest.mark.parametrize("name", ["embed_fixed", "scale_fixed", "masked_fixed"])
 def test_the_fixed_steps_have_no_placement_finding(name):
     report = _scan("placement.py", name)

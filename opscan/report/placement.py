@@ -34,6 +34,7 @@ _FIX = {
     "attribute": "register it as a buffer (self.register_buffer('{attr}', ...)): model.to(device) moves buffers, "
                  "not plain tensor attributes",
     "before-step": "move it to the step's device (.to(device)) before it meets the step's tensors",
+    "to-host": "hand the step's tensors the device tensor itself, or move the host copy back (.to(device)) first",
 }
 _WHAT = {
     "factory": "{name}(…) called without device=: made on the CPU",
@@ -42,6 +43,7 @@ _WHAT = {
     "attribute": "plain tensor attribute {name}, not a registered buffer: model.to(device) leaves it on the CPU",
     "before-step": "a tensor made before the step (torch.from_numpy, a DataLoader batch, a tensor held elsewhere) "
                    "and not moved to the device",
+    "to-host": "the host copy {name} makes: it stays on the CPU",
 }
 
 

@@ -31,6 +31,7 @@ from opscan.units import human_bytes
 from opscan.target.inputs import InputSpec, random_inputs
 from opscan.target.once import custom_op_libraries, loaded_module, redefined, redefined_warning
 from opscan.target.run import RunContext
+from opscan.target.seeds import seed_generators
 from opscan.target.user_code import anchor_of, own_file, project_folder
 
 log = logging.getLogger("opscan")
@@ -161,6 +162,7 @@ def load_target(spec: str, factory_args: dict[str, Any], input_specs: list[Input
         with ctx.running(f"calling {func_name}() on the meta device (sizing the model)"):
             fake = choose_fake(factory, factory_args, input_bytes(input_specs))
     with fake.mode if fake is not None else contextlib.nullcontext():
+        seed_generators()  # random weights (and what a step's shapes follow from them) the same run to run
         with ctx.running(f"calling {func_name}()"):
             model, inputs = _call_factory(factory, spec, factory_args)
         if input_specs:

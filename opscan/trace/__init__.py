@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import random
-import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -19,6 +17,7 @@ import torch
 
 from opscan.opkey import OpKey
 from opscan.target.load import Target
+from opscan.target.seeds import seed_generators
 from opscan.trace import collector, fake, fxnodes, repeat, step
 from opscan.trace.amp import AmpTrace
 from opscan.trace.device_calls import STEP, DeviceCalls, DeviceCode, answering_as_mac
@@ -83,17 +82,6 @@ def trace_step(target: Target, options: TraceOptions = TraceOptions(), *,
             return dataclasses.replace(found, notes=(*found.notes, retry.note))
 
 
-def _seed(seed: int) -> None:
-    """Seed every generator a step may draw from — torch's, Python's `random`, NumPy's when the step imported
-    it (transformers' wav2vec2/HuBERT masking draws its span count from NumPy): a step whose shapes depend on
-    random draws traces the same calls run to run, and two scans of one target compare equal."""
-    torch.manual_seed(seed)
-    random.seed(seed)
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        numpy.random.seed(seed % 2**32)
-
-
 def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory=None, spans=frozenset(),
            amp=None) -> Trace:
     """The step traced as a Mac runs it: device queries answered as there, its CUDA calls recorded (device_calls.py)."""
@@ -105,7 +93,7 @@ def _trace(target: Target, options: TraceOptions, has_mps_kernel, expand, memory
 
 def _trace_as_mac(target: Target, options: TraceOptions, has_mps_kernel, expand, memory, spans, amp,
                   devices: DeviceCalls) -> Trace:
-    _seed(options.seed)
+    seed_generators(options.seed)
     code = DeviceCode(devices)  # the user's code that picks a device: in a mode of its own while the step is
     with StepFunctions((code,)):  # prepared (fx, build_optimizer), the last job of the step's mode while it runs
         model, inputs = _prepared(target, options)
@@ -163,7 +151,7 @@ def _jobs(mapper, graph, tracker, recorder) -> tuple:
     device, explicit host moves."""
     tagger = (fxnodes.FxNodeTagger(graph, tracker, recorder),) if graph is not None else ()
     return (mapper, *tagger, HostFactories(recorder.storages), DeviceMoves(recorder.storages),
-            CompositeMoves(recorder.storages), ExplicitMoves())
+            CompositeMoves(recorder.storages), ExplicitMoves(recorder.storages))
 
 
 def _prepared(target: Target, options: TraceOptions):

@@ -16,6 +16,8 @@ CPU trace `x.to(y.device)` and `x.to(torch.device("cpu"))` look alike, so only a
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from opscan.markers import MOVE_PREFIX
@@ -27,9 +29,15 @@ _LABELLED = frozenset({torch.Tensor.cpu, torch.Tensor.to, *_READS})  # the funct
 
 
 class ExplicitMoves:
-    """Labels `.cpu()`, `.to("cpu")`, `.tolist()` and printing; dispatches the copy MPS would run."""
+    """Labels `.cpu()`, `.to("cpu")`, `.tolist()` and printing; dispatches the copy MPS would run. What `.cpu()`
+    and `.to("cpu")` return stays on the host (a "to-host" source of the placement model, trace/tensors.py):
+    on a Mac, what is computed from it alone runs on the CPU (`probs.cpu().double()`), and it meets an MPS
+    kernel only if the step hands it back without a move."""
 
     funcs = _LABELLED
+
+    def __init__(self, storages=None):
+        self.storages = storages  # the recorder's StorageIds (its StoragePlaces); None: labels only
 
     def wrap(self, inner):
         """The chain link for the labelled functions (trace/functions.py)."""
@@ -39,12 +47,27 @@ class ExplicitMoves:
             if label is None or x.device.type == "meta":
                 return inner(func, args, kwargs)
             with torch.autograd.profiler.record_function(MOVE_PREFIX + label):
-                if func in (torch.Tensor.cpu, torch.Tensor.to) and _noop_to(func, x, args, kwargs):
-                    return call_through(_copy_to_host, x)  # what MPS dispatches; the caller gets the host copy
                 if func in _READS:
                     call_through(_copy_to_host, x)
-                return inner(func, args, kwargs)
+                    return inner(func, args, kwargs)
+                with self._to_host(label):
+                    if _noop_to(func, x, args, kwargs):
+                        return call_through(_copy_to_host, x)  # what MPS dispatches; the caller gets the host copy
+                    return inner(func, args, kwargs)
         return run
+
+    @contextlib.contextmanager
+    def _to_host(self, label: str):
+        """While a move to the host runs, what it makes is a host source named by the move."""
+        placement = self.storages.placement if self.storages is not None else None
+        if placement is None or not placement.tracking or placement.factory is not None:
+            yield
+            return
+        placement.factory, placement.factory_kind = f".{label}", "to-host"
+        try:
+            yield
+        finally:
+            placement.end_factory()
 
 
 def _copy_to_host(x: torch.Tensor) -> torch.Tensor:

@@ -85,7 +85,8 @@ class HostSource:
     `kind`: "factory" (a Python factory called without `device=`), "global" (a module-level tensor), "closure" (a
     tensor a function of the step closes over), "attribute" (a plain tensor attribute of a module: not a registered
     buffer, so `Module.to()` leaves it on the CPU) or "before-step" (a tensor made before the step, or outside
-    torch's dispatcher — `torch.from_numpy`, a DataLoader's batch — that the step was not given). `name` names it
+    torch's dispatcher — `torch.from_numpy`, a DataLoader's batch — that the step was not given) or "to-host" (the
+    copy the user's `.cpu()` or `.to("cpu")` makes). `name` names it
     (`torch.arange`, `TARGETS`, `Net.mask`; None when unknown), `where` is the line that made it (a factory's call,
     a global's or attribute's assignment) or, when that is not known, the first line of the step that read it
     (`first_read` True)."""

@@ -66,14 +66,16 @@ class StoragePlaces:
     stays on the host (`host`) when it existed before the step without being one of the given tensors (a plain
     tensor attribute, a module-level tensor, a scheduler's `sigmas`: `model.to("mps")` leaves it on the CPU), when
     a Python factory made it without a `device=` argument (trace/host.py: `torch.linspace(...)`,
-    `torch.tensor(...)`), or when every tensor argument of the op that made it was on the host (`sigmas[i]`).
+    `torch.tensor(...)`), when the user's code moved it there (`.cpu()`, `.to("cpu")`: trace/moves.py), or when
+    every tensor argument of the op that made it was on the host (`sigmas[i]`, `probs.cpu().double()`).
     Each host storage keeps the ids of the `HostSource`s it comes from (`roots`): its own when it is one, those of
     the host tensors an op made it from otherwise. A given tensor's storage offset is counted from where that
     tensor starts (`base`): `.to("mps")` copies it to a fresh storage at offset 0.
     Off (`tracking` False) until the recorder is told the given tensors: every tensor is then on the device.
 
     Set from outside while a call runs: `site` (the CallSite of the call being recorded, the recorder's),
-    `factory` (the name of a Python factory running without `device=`: what it makes is a host source),
+    `factory` (the name of a Python factory running without `device=`, or of the user's `.cpu()`/`.to("cpu")`
+    with `factory_kind` "to-host": what it makes is a host source),
     `moving` (a `.to(device)` of a host tensor is running: what it makes lands on the device). `named` maps the
     storages of tensors that existed before the step to (kind, name, CallSite of their assignment or None)."""
 
@@ -88,6 +90,7 @@ class StoragePlaces:
         self.named: dict[int, tuple] = {}
         self.site = None
         self.factory: str | None = None
+        self.factory_kind = "factory"  # "to-host" while the user's `.cpu()` / `.to("cpu")` runs (trace/moves.py)
         self.moving = 0
         self._factory_root: tuple[str, int] | None = None  # (factory, source id) of the factory call running
 
@@ -133,12 +136,12 @@ class StoragePlaces:
     def factory_source(self) -> int:
         """The source id of the factory call running now (one per call, however many storages it makes)."""
         if self._factory_root is None or self._factory_root[0] is not self.factory:
-            self._factory_root = (self.factory, self._source("factory", self.factory, self.site))
+            self._factory_root = (self.factory, self._source(self.factory_kind, self.factory, self.site))
         return self._factory_root[1]
 
     def end_factory(self) -> None:
         """The factory call has returned."""
-        self.factory, self._factory_root = None, None
+        self.factory, self.factory_kind, self._factory_root = None, "factory", None
 
     def mark_host(self, sid: int, root: int) -> None:
         """A storage that is on the host from `root` on (a factory's result the recorder did not see made)."""

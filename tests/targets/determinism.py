@@ -92,3 +92,21 @@ class _NewApis(nn.Module):
 
 def new_apis():
     return _NewApis(), torch.randn(3, 4)
+
+
+class _Routed(nn.Module):
+    """A router whose random weights decide how many tokens an expert takes (an MoE's top-1 routing): the step's
+    shapes follow the weights the build drew."""
+
+    def __init__(self):
+        super().__init__()
+        self.router, self.expert = nn.Linear(8, 2), nn.Linear(8, 8)
+
+    def forward(self, x):
+        chosen = self.router(x).argmax(-1) == 0
+        return self.expert(x[chosen]).sum() + x.sum()
+
+
+def routed():
+    torch.rand(1)  # a factory that draws before it builds: it must draw the same number run to run
+    return _Routed(), torch.randn(64, 8)

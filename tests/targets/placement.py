@@ -207,3 +207,43 @@ class HostThenMoved(nn.Module):
 
 def host_then_moved():
     return HostThenMoved(), torch.randn(2, 4)
+
+
+class HostMetrics(nn.Module):
+    """Metrics on the host: what `.cpu()` returns stays on the CPU, so float64 math on it runs on the CPU's kernels
+    (a Mac has float64 there), not on MPS."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x):
+        out = self.lin(x)
+        probs = out.detach().cpu().double().softmax(-1)
+        return out.sum() + 0 * -probs.log().mean().item()
+
+
+class HostCopyBack(nn.Module):
+    """A statistic taken to the host with `.to("cpu")` and used with a device tensor again: the division raises on a
+    Mac (a non-0-dim CPU tensor in a TensorIterator op on MPS)."""
+
+    def __init__(self, fixed=False):
+        super().__init__()
+        self.lin, self.fixed = nn.Linear(4, 4), fixed
+
+    def forward(self, x):
+        out = self.lin(x)
+        scale = out.detach().abs().amax(0) if self.fixed else out.detach().abs().amax(0).to("cpu")
+        return (out / (scale + 1)).sum()
+
+
+def host_metrics():
+    return HostMetrics(), torch.randn(2, 4)
+
+
+def host_copy_back():
+    return HostCopyBack(), torch.randn(2, 4)
+
+
+def host_copy_back_fixed():
+    return HostCopyBack(fixed=True), torch.randn(2, 4)
