@@ -171,6 +171,15 @@ def test_numpy_float64_moved_without_a_dtype_is_float64_on_mps():
     assert report.lane.name != "mac-first"
 
 
+def test_a_device_read_from_a_host_tensor_names_the_host():
+    report = _scan("placement.py", "host_device_of")  # timm's DINOv3 RoPE: device=coords.device, coords on the CPU
+    assert not _placed(report) and report.lane.name == "mac-first"
+    assert _row(report, "aten::mul.Tensor").evidence.rule == "placement-host"
+    wrong = _scan("placement.py", "host_device_of_wrong")  # device=x.device: the factor is on MPS, coords are not
+    assert _row(wrong, "aten::mul.Tensor").verdict == Verdict.ERROR
+    assert [o[:2] for o in _origins(wrong)] == [("factory", "torch.linspace")]
+
+
 @pytest.mark.parametrize("name", ["embed_fixed", "scale_fixed", "masked_fixed"])
 def test_the_fixed_steps_have_no_placement_finding(name):
     report = _scan("placement.py", name)

@@ -26,7 +26,7 @@ from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker
 from opscan.trace.lens import Lens
 from opscan.trace.questions import Questions
 from opscan.trace.functions import StepFunctions
-from opscan.trace.host import CompositeMoves, DeviceMoves, HostFactories
+from opscan.trace.host import CompositeMoves, DeviceMoves, HostDevices, HostFactories
 from opscan.trace.moves import ExplicitMoves
 from opscan.trace.recorder import CallRecorder
 from opscan.trace.records import FxInfo, OpCall, TensorMeta, Trace
@@ -150,8 +150,9 @@ def _jobs(mapper, graph, tracker, recorder) -> tuple:
     modules, the fx node tags (when fx traced the model), factories made on the host, the user's own moves to the
     device, explicit host moves."""
     tagger = (fxnodes.FxNodeTagger(graph, tracker, recorder),) if graph is not None else ()
-    return (mapper, *tagger, HostFactories(recorder.storages), DeviceMoves(recorder.storages),
-            CompositeMoves(recorder.storages), ExplicitMoves(recorder.storages))
+    storages = recorder.storages
+    return (mapper, *tagger, HostDevices(storages), HostFactories(storages), DeviceMoves(storages),
+            CompositeMoves(storages), ExplicitMoves(storages))
 
 
 def _prepared(target: Target, options: TraceOptions):

@@ -13,6 +13,7 @@ in a CPU trace, but on a Mac only the second lands on MPS. Two jobs of the trace
   That lets a condition see a CPU tensor meet an MPS
   tensor in one call (a scheduler's `sigmas[i]` multiplying an MPS latent), and a verdict see an MPS kernel
   handed a CPU tensor.
+- `HostDevices`: a device read from a host tensor (`device=coords.device`) names the host, not the step's device.
 - `DeviceMoves`: the user's own `.to(device)` (any device but the string "cpu"; a tensor argument: that
   tensor's place) or `.cuda()` of a host tensor lands it on the device, as on a Mac, where `device` is MPS.
   In a CPU trace such a call dispatches nothing (the tensor already is a CPU tensor), so the job dispatches the
@@ -64,9 +65,10 @@ class HostFactories:
             device = kwargs.get("device")
             if not placement.tracking or placement.factory is not None:
                 return inner(func, args, kwargs)
-            if device not in (None, "cpu") and args and _is_array(args[0]):
+            on_host = device == "cpu" or placement.names_host(device)  # `device=coords.device`, coords a host tensor
+            if device is not None and not on_host and args and _is_array(args[0]):
                 return self._from_array(func, args, kwargs, inner)
-            if not (device is None or device == "cpu") or not _default_is_cpu():  # made on the device
+            if not on_host and (device is not None or not _default_is_cpu()):  # made on the device
                 placement.moving += 1
                 try:
                     return inner(func, args, kwargs)
@@ -143,7 +145,30 @@ class DeviceMoves:
             return not placement.is_host(self.storages.of(target))
         if isinstance(target, str):
             return target.split(":")[0] != "cpu"  # the string "cpu" is a host move (trace/moves.py)
-        return isinstance(target, torch.device)  # a device variable: MPS on a Mac; a dtype alone moves nothing
+        # a device variable: MPS on a Mac, unless it was read from a host tensor; a dtype alone moves nothing
+        return isinstance(target, torch.device) and not placement.names_host(target)
+
+
+class HostDevices:
+    """Remembers the device objects read from host tensors (`coords.device`, coords on the CPU on a Mac): in a CPU
+    trace every `.device` is the CPU, but a factory given such a device makes its tensor on the host, and a
+    `.to()` to it moves nothing, as on a Mac (timm's DINOv3 RoPE builds its coordinates that way on purpose)."""
+
+    funcs = frozenset({torch.Tensor.device.__get__})
+
+    def __init__(self, storages):
+        self.storages = storages
+
+    def wrap(self, inner):
+        """The chain link for the `Tensor.device` getter (trace/functions.py)."""
+        def run(func, args, kwargs):
+            out = inner(func, args, kwargs)
+            placement = self.storages.placement
+            if placement.tracking and args and isinstance(args[0], torch.Tensor) and out.type != "meta" \
+                    and placement.is_host(self.storages.of(args[0])):
+                placement.host_devices[id(out)] = out  # kept alive: its id names it for the step
+            return out
+        return run
 
 
 # C++ composites that move a CPU argument to another argument's device themselves — a `.to()` that dispatches nothing in

@@ -92,6 +92,7 @@ class StoragePlaces:
         self.factory: str | None = None
         self.factory_kind = "factory"  # "to-host" while the user's `.cpu()` / `.to("cpu")` runs (trace/moves.py)
         self.moving = 0
+        self.host_devices: dict[int, object] = {}  # id -> a device object read from a host tensor (trace/host.py)
         self._factory_root: tuple[str, int] | None = None  # (factory, source id) of the factory call running
 
     def give(self, sid: int, offset: int) -> None:
@@ -99,6 +100,10 @@ class StoragePlaces:
         self.tracking = True
         self.given.add(sid)
         self.base[sid] = min(offset, self.base.get(sid, offset))
+
+    def names_host(self, device) -> bool:
+        """Whether `device` is a device object the step read from a host tensor (`coords.device`)."""
+        return device is not None and self.host_devices.get(id(device)) is device
 
     def is_host(self, sid: int) -> bool:
         """Whether a storage is (or, when first read, will be) on the host."""

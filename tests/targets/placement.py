@@ -274,3 +274,28 @@ def from_array():
 
 def from_array_float64():
     return FromArray(keep_float64=True), torch.randn(2, 4)
+
+
+class HostDeviceOf(nn.Module):
+    """timm's DINOv3 RoPE coordinate augmentation (timm/layers/pos_embed_sincos.py): a grid built on the CPU, a
+    factor made with `device=coords.device` (the CPU on a Mac too), multiplied there, then moved to the model's
+    device; `on_device` makes the factor with the input's device instead (a placement error on a Mac)."""
+
+    def __init__(self, on_device=False):
+        super().__init__()
+        self.lin, self.on_device = nn.Linear(2, 2), on_device
+
+    def forward(self, x):
+        coords = torch.linspace(-1.0, 1.0, steps=6).reshape(3, 2)
+        where = x.device if self.on_device else coords.device
+        rescale = torch.empty(2, device=where, dtype=coords.dtype).uniform_(-0.5, 0.5).exp()
+        coords = coords * rescale
+        return self.lin(x) + coords.to(x.device)
+
+
+def host_device_of():
+    return HostDeviceOf(), torch.randn(3, 2)
+
+
+def host_device_of_wrong():
+    return HostDeviceOf(on_device=True), torch.randn(3, 2)
