@@ -171,11 +171,14 @@ def test_numpy_float64_moved_without_a_dtype_is_float64_on_mps():
     assert report.lane.name != "mac-first"
 
 
-def test_a_device_read_from_a_host_tensor_names_the_host():
-    report = _scan("placement.py", "host_device_of")  # timm's DINOv3 RoPE: device=coords.device, coords on the CPU
+@pytest.mark.parametrize("fake", [False, True], ids=["real", "fake"])  # a FakeTensor's device is a Python property
+def test_a_device_read_from_a_host_tensor_names_the_host(fake):
+    def scan_it(factory):
+        return scan(ScanOptions(f"{TARGETS / 'placement.py'}:{factory}", memory=False, fake=fake))
+    report = scan_it("host_device_of")  # timm's DINOv3 RoPE: device=coords.device, coords on the CPU
     assert not _placed(report) and report.lane.name == "mac-first"
     assert _row(report, "aten::mul.Tensor").evidence.rule == "placement-host"
-    wrong = _scan("placement.py", "host_device_of_wrong")  # device=x.device: the factor is on MPS, coords are not
+    wrong = scan_it("host_device_of_wrong")  # device=x.device: the factor is on MPS, coords are not
     assert _row(wrong, "aten::mul.Tensor").verdict == Verdict.ERROR
     assert [o[:2] for o in _origins(wrong)] == [("factory", "torch.linspace")]
 

@@ -158,17 +158,42 @@ class HostDevices:
 
     def __init__(self, storages):
         self.storages = storages
+        self._fake_device = None  # FakeTensor's own `device` property while the trace replaces it
 
     def wrap(self, inner):
         """The chain link for the `Tensor.device` getter (trace/functions.py)."""
         def run(func, args, kwargs):
             out = inner(func, args, kwargs)
-            placement = self.storages.placement
-            if placement.tracking and args and isinstance(args[0], torch.Tensor) and out.type != "meta" \
-                    and placement.is_host(self.storages.of(args[0])):
-                placement.host_devices[id(out)] = out  # kept alive: its id names it for the step
+            if args and isinstance(args[0], torch.Tensor):
+                self._note(args[0], out)
             return out
         return run
+
+    def enter(self):
+        """A FakeTensor's `device` is a Python property that no TorchFunctionMode sees (and one shared object per
+        device): while the step runs it hands out a fresh object per read, noted like the getter's."""
+        original = self._fake_device = FakeTensor.__dict__["device"]
+
+        def device(tensor):
+            found = original.fget(tensor)
+            if found.type == "meta":
+                return found
+            fresh = torch.device(found)
+            self._note(tensor, fresh)
+            return fresh
+        FakeTensor.device = property(device)
+
+    def exit(self):
+        if self._fake_device is not None:
+            FakeTensor.device, self._fake_device = self._fake_device, None
+
+    def _note(self, tensor, device) -> None:
+        placement = self.storages.placement
+        if not placement.tracking or device.type == "meta":
+            return
+        sid = self.storages.known(tensor)  # a storage not met yet existed before the step without being given
+        if sid is None or placement.is_host(sid):
+            placement.host_devices[id(device)] = device  # kept alive: its id names it for the step
 
 
 # C++ composites that move a CPU argument to another argument's device themselves — a `.to()` that dispatches nothing in

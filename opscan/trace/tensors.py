@@ -48,6 +48,16 @@ class StorageIds:
             return known[0]
         return self.new(storage)
 
+    def known(self, tensor: torch.Tensor) -> int | None:
+        """The id of `tensor`'s storage when it has one already, -1 for a tensor without one, None for a storage
+        not met yet (no id is handed out here, so reading a tensor's device leaves the numbering as it was)."""
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return -1
+        known = self._live.get(storage._cdata)
+        return known[0] if known is not None and not _EXPIRED(known[1].cdata) else None
+
     def new(self, storage) -> int:
         """A number for a storage met for the first time (or whose address a freed one had)."""
         ref = StorageWeakRef(storage)  # holds a weak count: the address is not reused while we look
