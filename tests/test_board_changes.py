@@ -24,8 +24,9 @@ from board_changes import CAUSES, main, read_board  # noqa: E402
 RELEASES = ("2.0.0", "2.1.0", "2.5.0", "2.14.1")
 
 
-def _cell(release: str, lane: str, *rows: tuple[str, str]) -> Cell:
-    blocking = tuple(BlockingRow(op, ("float32",), verdict, "r", "e", "s", "predicted") for op, verdict in rows)
+def _cell(release: str, lane: str, *rows: tuple[str, ...]) -> Cell:
+    blocking = tuple(BlockingRow(op, ("float32",), verdict, rule[0] if rule else "r", "e", "s", "predicted")
+                     for op, verdict, *rule in rows)
     return Cell(ReleaseResult(release, lane, ("why",), not rows, blocking, 10))
 
 
@@ -43,7 +44,8 @@ OLD = _board(("vit", (_cell("2.0.0", "dual-track", LERP), _cell("2.1.0", "dual-t
 NEW = _board(("vit", (_cell("2.0.0", "mac-first"), _cell("2.1.0", "mac-first"),  # 2.1.0: no cause removes lerp_
                       _cell("2.5.0", "mac-first"), _cell("2.14.1", "dual-track", ("aten::take", "unsupported")))),
              ("cnn", (_cell("2.0.0", "mac-first"), _cell("2.1.0", "mac-first"),
-                      _cell("2.5.0", "linux-gpu-first", ("aten::mps_convolution_backward", "mismatch")),
+                      _cell("2.5.0", "linux-gpu-first",
+                            ("aten::mps_convolution_backward", "mismatch", "silent-bug-140902")),
                       _cell("2.14.1", "mac-first"))))
 
 
@@ -82,3 +84,97 @@ def test_every_cause_names_its_source_and_a_bad_file_is_exit_2(tmp_path, capsys)
     assert "not an opscan-zoo/1 leaderboard" in capsys.readouterr().err
     (tmp_path / "new.json").write_text(render_json(NEW))
     assert read_board(tmp_path / "new.json")[("cnn", "2.5.0")].lane == "linux-gpu-first"
+
+
+def _rows(*rows: tuple[str, str, str]) -> tuple[BlockingRow, ...]:
+    return tuple(BlockingRow(op, ("float32",), verdict, rule, "e", "s", "predicted") for op, verdict, rule in rows)
+
+
+def _ruled_cell(release: str, lane: str, *rows: tuple[str, str, str]) -> Cell:
+    return Cell(ReleaseResult(release, lane, ("why",), not rows, _rows(*rows), 10))
+
+
+def _ruled_board(releases: tuple[str, ...], *cells_of: tuple[str, tuple[Cell, ...]]) -> Leaderboard:
+    target = f"{TARGETS / 'zoo_tiny.py'}:mlp"
+    models = tuple(ModelResult(ZooModel(name, target), cells, 1.0) for name, cells in cells_of)
+    return Leaderboard("crafted", releases, models, "0.1.0", "2026-12-07T00:00:00Z")
+
+
+CONV3D = ("aten::_mps_convolution", "error", "kernel-conv3d")
+ROI_ERR = ("torchvision::roi_align", "error", "missing-api")
+ROI_LATER = ("torchvision::roi_align", "unsupported", "torchvision-mps-later")
+SILENT_187117 = ("aten::mul.Tensor", "mismatch", "silent-bug-187117")
+SORT = ("aten::sort.stable", "cpu_fallback", "kernel-fallback-sort-macos-13")
+RE_RELEASES = ("2.0.0", "2.2.0", "2.4.0", "2.9.0", "2.12.0")
+RE_OLD = _ruled_board(RE_RELEASES, ("r3d", tuple(_ruled_cell(r, "mac-first") for r in RE_RELEASES)),
+                      ("rcnn", (_ruled_cell("2.0.0", "linux-gpu-first", ROI_ERR),
+                                _ruled_cell("2.2.0", "linux-gpu-first", ROI_ERR),
+                                _ruled_cell("2.4.0", "linux-gpu-first", ROI_ERR),
+                                _ruled_cell("2.9.0", "mac-first"),
+                                _ruled_cell("2.12.0", "linux-gpu-first", SILENT_187117))))
+RE_NEW = _ruled_board(RE_RELEASES, ("r3d", (_ruled_cell("2.0.0", "linux-gpu-first", CONV3D),
+                                            _ruled_cell("2.2.0", "linux-gpu-first", CONV3D),
+                                            _ruled_cell("2.4.0", "mac-first"),
+                                            _ruled_cell("2.9.0", "linux-gpu-first", CONV3D),  # 2.9 has 3-D conv
+                                            _ruled_cell("2.12.0", "mac-first"))),
+                      ("rcnn", (_ruled_cell("2.0.0", "dual-track", ROI_LATER, SORT),
+                                _ruled_cell("2.2.0", "dual-track", SORT),
+                                _ruled_cell("2.4.0", "mac-first"),  # 2.4 has register_autograd: no lockstep fix
+                                _ruled_cell("2.9.0", "dual-track", SORT),  # sort's fallback is 2.0-2.4's
+                                _ruled_cell("2.12.0", "mac-first"))))
+
+
+def test_the_2026_12_07_causes_claim_their_rows_in_their_releases_only(tmp_path, capsys):
+    """Issue 38's re-scan: Conv3D (2.0-2.2), torchvision's lockstep roi_align (2.0-2.3), the sort fallback (2.0-2.4)
+    and the placement fix that retracts silent bug 187117 (2.12-2.13) each explain their rows in their releases;
+    the same row in another release is unexplained."""
+    (tmp_path / "old.json").write_text(render_json(RE_OLD))
+    (tmp_path / "new.json").write_text(render_json(RE_NEW))
+    assert main([str(tmp_path / "old.json"), str(tmp_path / "new.json"), "-f", "json"]) == 1
+    by_cell = {(c["model"], c["release"]): c for c in json.loads(capsys.readouterr().out)["changes"]}
+    assert by_cell[("r3d", "2.0.0")]["causes"] == ["conv3d"] and by_cell[("r3d", "2.2.0")]["causes"] == ["conv3d"]
+    assert by_cell[("r3d", "2.9.0")]["unexplained"] == [["+", *CONV3D[:1], "float32", *CONV3D[1:]]]
+    assert by_cell[("rcnn", "2.0.0")]["causes"] == ["lockstep", "fallback-sort-topk"]
+    assert not by_cell[("rcnn", "2.0.0")]["unexplained"] and not by_cell[("rcnn", "2.2.0")]["unexplained"]
+    assert by_cell[("rcnn", "2.4.0")]["unexplained"] == [["-", ROI_ERR[0], "float32", *ROI_ERR[1:]]]
+    assert by_cell[("rcnn", "2.9.0")]["unexplained"] == [["+", SORT[0], "float32", *SORT[1:]]]
+    assert by_cell[("rcnn", "2.12.0")]["causes"] == ["placement"] and not by_cell[("rcnn", "2.12.0")]["unexplained"]
+    assert ("r3d", "2.4.0") not in by_cell and ("r3d", "2.12.0") not in by_cell
+
+
+def test_a_row_spelled_with_its_op_claims_that_op_only():
+    """`gone_rows`/`appears` spelled "op verdict (rule)" name one op: the lockstep cause retracts roi_align's
+    missing-api error, not another op's."""
+    lockstep = next(c for c in CAUSES if c.key == "lockstep" and c.gone_rows)
+    assert lockstep.claims("2.1.0", "torchvision::roi_align", "error", "missing-api")
+    assert not lockstep.claims("2.1.0", "torchvision::nms", "error", "missing-api")
+    assert not lockstep.claims("2.4.0", "torchvision::roi_align", "error", "missing-api")
+
+
+def test_every_fallback_cause_covers_exactly_its_rules_releases():
+    """A cause naming a kernel_rules.yaml fallback rule is valid in the series that rule's `releases` name, no more,
+    no fewer (a fallback row in any other release is a bug in the board, not this cause)."""
+    import yaml
+
+    rules = yaml.safe_load((REPO / "opscan/knowledge/kernel_rules.yaml").read_text(encoding="utf-8"))["fallbacks"]
+    series = {f"kernel-fallback-{f['id']}": {".".join(r.split(".")[:2]) for r in f["releases"]} for f in rules}
+    named = 0
+    for cause in CAUSES:
+        for spelled in cause.appears:
+            rule = spelled.rsplit("(", 1)[-1].rstrip(")")
+            if rule.startswith("kernel-fallback-"):
+                assert rule in series, f"{cause.key}: {rule} is no kernel_rules.yaml fallback"
+                assert set(cause.series) == series[rule], (cause.key, rule)
+                named += 1
+    assert named >= 14
+
+
+def test_a_silent_row_is_claimed_by_the_change_that_added_its_entry():
+    """`mismatch` rows are claimed per silent_bugs.yaml entry: issue 26's entries (the 2026-12-03 boards) by `silent`,
+    114692 (issue 34) by `silent-34`; a row of an entry neither names is unexplained, not absorbed by its verdict."""
+    def keys(release: str, rule: str) -> list[str]:
+        return [c.key for c in CAUSES if c.adds(release, "mismatch", rule, "aten::zero_")]
+
+    assert keys("2.0.0", "silent-bug-114692") == ["silent-34"]
+    assert keys("2.5.0", "silent-bug-140902") == ["silent"]
+    assert keys("2.5.0", "silent-bug-999999") == []

@@ -140,7 +140,9 @@ MUTATORS = {"append", "extend", "insert", "pop", "popleft", "popitem", "remove",
 PROCESS_STATE = {
     "opscan.memory.tracker._MUTABLE": "cache keyed by the operator (immutable): whether its schema mutates",
     "opscan.trace.call_cache._cacheable_ops": "cache keyed by the operator: whether FakeTensorMode caches it",
-    "opscan.trace.recorder._FACTS": "cache keyed by the operator: its OpKey",
+    "opscan.trace.plans.PLANS": "cache keyed by the operator (its id, checked by identity): what the recorder needs "
+                                "of it (OpKey, bookkeeping, Tensor parameters, whether it writes into an argument)",
+    "opscan.trace.argspec._NAMED": "cache keyed by a dtype, device, layout or memory format: its display and spec forms",
     "opscan.trace.frames._KINDS": "cache keyed by the code object (immutable): its kind, torch unit or place",
     "opscan.trace.tensors._DTYPES": "cache keyed by torch.dtype: its name and element size",
     "opscan.trace.tensors._DEVICE_NAMES": "cache keyed by torch.device: its name",

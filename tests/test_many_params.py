@@ -39,7 +39,8 @@ class _Scalars(nn.Module):
 
 def test_fx_graph_of_many_parameters_is_torch_fxs_own():
     model = _Scalars()
-    gm, info = symbolic(model)
+    graph, info = symbolic(model)
+    gm = torch.fx.GraphModule(model, graph)
     reference = torch.fx.symbolic_trace(_Scalars())
     assert info.traced and info.nodes == len(reference.graph.nodes) > 200
     assert gm.code == reference.code  # every get_attr under the name torch.fx's scan gives it

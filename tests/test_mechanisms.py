@@ -67,9 +67,9 @@ def test_symbolic_tracing_leaves_the_model_and_its_helpers_as_they_were(target):
     model, _ = _load(target)
     before = _state(model)
     rng = torch.get_rng_state()
-    gm, info = fxnodes.symbolic(model)
+    graph, info = fxnodes.symbolic(model)
     after = _state(model)
-    assert gm is None and "'len' is not supported" in info.reason  # the pre-pass did run into the scheduler
+    assert graph is None and "'len' is not supported" in info.reason  # the pre-pass did run into the scheduler
     assert after == before
     assert isinstance(model.scheduler.alphas_cumprod, torch.Tensor)  # not a Proxy
     assert torch.equal(torch.get_rng_state(), rng)
@@ -94,8 +94,8 @@ def test_a_successful_trace_leaves_cached_state_alone():
 
     model = Caching()
     before = _state(model)
-    gm, info = fxnodes.symbolic(model)
-    assert gm is not None and info.traced
+    graph, info = fxnodes.symbolic(model)
+    assert graph is not None and info.traced
     assert _state(model) == before and model.cache is None and model.seen == [] and model.extra == {"hits": 0}
 
 

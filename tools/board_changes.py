@@ -33,10 +33,28 @@ from pathlib import Path
 ROW = re.compile(r"^(?P<op>[^\[]+)\[(?P<dtypes>[^\]]*)\] (?P<verdict>\S+) \((?P<rule>[^)]*)\)$")
 
 
+S20_22 = ("2.0", "2.1", "2.2")
+S20_23 = S20_22 + ("2.3",)
+S20_24 = S20_23 + ("2.4",)
+S25_28 = ("2.5", "2.6", "2.7", "2.8")
+S23_28 = ("2.3", "2.4") + S25_28
+S21_28 = ("2.1", "2.2") + S23_28
+# kernel_rules.yaml fallbacks of 2.0-2.4 below macOS 13 added after the 2026-12-03 boards (30b3205, 56d5e46)
+FALLBACKS_MACOS_13 = ("upsample-nearest-macos-13", "upsample-bilinear2d-scale-macos-13",
+                      "upsample-bilinear2d-backward-scale-macos-13", "nonzero-macos-13", "median-macos-13",
+                      "randperm-macos-13", "unique-macos-13", "unique-consecutive-macos-13",
+                      "unique-dim-consecutive-macos-13")
+FALLBACKS_ISSUE_38 = ("sort-macos-13", "topk-k16-macos-13")  # d2dc324, same releases
+SILENT_ISSUE_34 = ("114692",)  # silent_bugs.yaml entries issue 34 added that the re-scanned boards meet
+SILENT_ISSUE_26 = ("110120", "133520", "140902", "180984", "187117")  # the entries the 2026-12-03 boards met
+
+
 @dataclass(frozen=True)
 class Cause:
-    """Why cells change: in `series` (release prefixes; () every release) blocking rows on `gone` ops disappear
-    (a release-faithful path), or rows of a verdict in `appears` are new (knowledge opscan gained)."""
+    """Why cells change: in `series` (release prefixes; () every release) blocking rows on `gone` ops, or rows
+    spelled in `gone_rows`, disappear (a release-faithful path, a false row fixed), or rows of a verdict in `appears`
+    are new (knowledge opscan gained). `appears` and `gone_rows` spell a row as "verdict", "verdict (rule)" or
+    "op verdict (rule)"; a cause with several release ranges is several Causes of one key."""
 
     key: str
     title: str
@@ -45,18 +63,23 @@ class Cause:
     evidence: str
     appears: tuple[str, ...] = ()
     new_ops: tuple[str, ...] = ()  # ops whose appearing rows this cause claims, whatever their verdict
+    gone_rows: tuple[str, ...] = ()
 
     def _in(self, release: str) -> bool:
         return not self.series or release.rsplit(".", 1)[0] in self.series
 
-    def claims(self, release: str, op: str) -> bool:
-        return self._in(release) and op in self.gone
+    def claims(self, release: str, op: str, verdict: str = "", rule: str = "") -> bool:
+        return self._in(release) and (op in self.gone or _spelled(self.gone_rows, op, verdict, rule))
 
-    def adds(self, release: str, verdict: str, rule: str) -> bool:
-        return self._in(release) and (verdict in self.appears or f"{verdict} ({rule})" in self.appears)
+    def adds(self, release: str, verdict: str, rule: str, op: str = "") -> bool:
+        return self._in(release) and _spelled(self.appears, op, verdict, rule)
 
     def adds_op(self, release: str, op: str) -> bool:
         return self._in(release) and op in self.new_ops
+
+
+def _spelled(spellings: tuple[str, ...], op: str, verdict: str, rule: str) -> bool:
+    return verdict in spellings or f"{verdict} ({rule})" in spellings or f"{op} {verdict} ({rule})" in spellings
 
 
 CAUSES = (
@@ -101,10 +124,80 @@ CAUSES = (
           "`pos_embed_interp_mode='bilinear'` (the NaFlexVitCfg default, line 100, is 'bicubic', which the old "
           "host's timm used): its position embedding is resized by _upsample_bilinear2d_aa, not bicubic",
           new_ops=("aten::_upsample_bilinear2d_aa", "aten::_upsample_bilinear2d_aa_backward")),
+    # issue 38's re-scan (2026-12-07): what main fixed after the 2026-12-03 boards (made at 9874fce/585cc8a)
+    Cause("conv3d", "Conv3D refused by the MPS kernel (torch 2.0.0-2.2.2)", S20_22, (),
+          "opscan/knowledge/kernel_rules.yaml rule `conv3d` (commit 04f1eb2, issue 38): kernel_checks.txt kc-672882ca, "
+          "Convolution.mm:77 `TORCH_CHECK(input_t.dim() < 5, \"Conv3D is not supported on MPS\")` in the 2.0.0-2.2.2 "
+          "libtorch_cpu.dylib; recorded as kind `other` and never applied before", appears=("error (kernel-conv3d)",)),
+    Cause("conv3d", "Conv3D refused below macOS 13.2 (torch 2.3.0-2.8.0)", S23_28, (),
+          "opscan/knowledge/kernel_rules.yaml rule `conv3d-macos-13-2` (04f1eb2): kernel_checks.txt kc-d5f83f60, "
+          "`_mps_convolution_impl`'s `TORCH_CHECK((input_t.dim() < 5) || is_macOS_13_2_or_newer, \"Conv3D is only "
+          "supported on MPS for MacOS_13_2 or newer\")` in the 2.3.0-2.8.0 dylibs; the boards judge each release at "
+          "its minimum macOS (12.3 for 2.3-2.5, 13.0 for 2.6-2.8)", appears=("error (kernel-conv3d-macos-13-2)",)),
+    Cause("fallback-macos-13", "in-kernel CPU fallbacks below macOS 13 (torch 2.0-2.4)", S20_24, (),
+          "opscan/knowledge/kernel_rules.yaml `fallbacks` (commits 30b3205, 56d5e46; merged 444b276, after the "
+          "2026-12-03 boards): each kernel's own `TORCH_WARN_ONCE(\"... supported natively starting from macOS 13.0. "
+          "Falling back on CPU\")` then the CPU op, whose message is in the 2.0.0-2.4.1 libtorch_cpu.dylib only "
+          "(UpSample.mm check_mps_compatibility, Indexing.mm nonzero_mps, RangeFactories.mm randperm_out_mps, "
+          "Unique.mm _unique2_mps); row cpu_fallback, rule kernel-fallback-<id>",
+          appears=tuple(f"cpu_fallback (kernel-fallback-{i})" for i in FALLBACKS_MACOS_13)),
+    Cause("fallback-nonzero-14", "nonzero's in-kernel CPU fallback below macOS 14 (torch 2.5-2.8)", S25_28, (),
+          "opscan/knowledge/kernel_rules.yaml fallback `nonzero-macos-14` (30b3205): Indexing.mm nonzero_out_mps "
+          "`if (!is_macos_13_or_newer(MACOS_VER_14_0_PLUS)) { TORCH_WARN_ONCE(...); nonzero_fallback(self) }`, its "
+          "message in the 2.5.0-2.8.0 dylibs only", appears=("cpu_fallback (kernel-fallback-nonzero-macos-14)",)),
+    Cause("fallback-grid-sampler", "grid_sampler_2d's in-kernel CPU fallback below macOS 13.2 (torch 2.0.x)", ("2.0",),
+          (), "opscan/knowledge/kernel_rules.yaml fallback `grid-sampler-2d-2-0` (56d5e46): GridSampler.mm "
+          "grid_sampler_2d_mps of 2.0 (message '... starting from macOS 13.1', check 13.2), in the 2.0.0-2.0.1 dylibs",
+          appears=("cpu_fallback (kernel-fallback-grid-sampler-2d-2-0)",)),
+    Cause("fallback-grid-sampler", "grid_sampler_2d's in-kernel CPU fallback below macOS 13.2 (torch 2.1-2.8)",
+          S21_28, (), "opscan/knowledge/kernel_rules.yaml fallback `grid-sampler-2d-macos-13-2` (56d5e46): "
+          "GridSampler.mm grid_sampler_2d_mps, message in the 2.1.0-2.8.0 dylibs",
+          appears=("cpu_fallback (kernel-fallback-grid-sampler-2d-macos-13-2)",)),
+    Cause("fallback-sort-topk", "sort and topk (k > 16) fall back to the CPU inside the kernel below macOS 13 "
+          "(torch 2.0-2.4)", S20_24, (),
+          "opscan/knowledge/kernel_rules.yaml fallbacks `sort-macos-13` (Sort.mm sort_stable_out_mps) and "
+          "`topk-k16-macos-13` (Shape.mm topk_out_mps), read from the 2.0.0-2.4.1 dylibs by "
+          "tools/kernel_fallback_strings.py (commit d2dc324, issue 38: 45 warnings, 0 unaccounted)",
+          appears=tuple(f"cpu_fallback (kernel-fallback-{i})" for i in FALLBACKS_ISSUE_38)),
+    Cause("lockstep", "torchvision's Python roi_align autograd (torch 2.4 API) judged as a missing API (2.0-2.3)",
+          S20_23, (), "opscan/predict/python_paths.py:52 LOCKSTEP (commit 4eddb09): a torch API only a library "
+          "paired with the release calls (torchvision 0.29.1 `torchvision/_autograd_registrations.py:344` "
+          "`torch.library.register_autograd`, torch 2.4.0+; py_drift.txt: no `make_autograd_impl` before 2.4.0) is "
+          "that library's drift; a Mac on torch 2.0-2.3 runs torchvision 0.15-0.18, which registered roi_align's "
+          "autograd in C++", gone_rows=(
+              "torchvision::roi_align error (missing-api)", "torchvision::_roi_align_backward error (missing-api)")),
+    Cause("lockstep", "roi_align has no MPS kernel in torchvision 0.15 (torch 2.0.x): the row the error hid", ("2.0",),
+          (), "opscan/knowledge/torchvision.yaml (rule torchvision-mps-later): pytorch/vision "
+          "torchvision/csrc/ops/mps/roi_align_kernel.mm from 0.16 (torch 2.1); the 2026-12-01 board had these rows",
+          appears=("torchvision::roi_align unsupported (torchvision-mps-later)",
+                   "torchvision::_roi_align_backward unsupported (torchvision-mps-later)")),
+    Cause("placement", "a tensor a factory makes with `device=` is on the device (issue 33)", ("2.12", "2.13"), (),
+          "opscan/trace/host.py (commit a874791, issue 33): `torch.as_tensor(self.weights, dtype=dtype, "
+          "device=device)` in torchvision 0.29.1 `torchvision/models/detection/_utils.py:157` (BoxCoder.encode_single) "
+          "makes an MPS tensor on a Mac; the old trace counted a storage it had not seen made as a host tensor, so "
+          "`wx = weights[0]`, `wy = weights[1]` (a 0-dim view at offset 1) met silent_bugs.yaml 187117's CPU-operand "
+          "condition", gone_rows=("mismatch (silent-bug-187117)",)),
+    Cause("composite-rows", "a release's static callee set no longer adds `conj_physical` to a real step (2.0.x)",
+          ("2.0",), (), "opscan/predict/release_paths.py (commit 4b9025f, issue 38): conj_physical/resolve_conj "
+          "return a real input as is (aten/src/ATen/native/UnaryOps.cpp `if (!self.is_complex()) return self`); "
+          "composite_callees.txt's 2.0.0 repeat_interleave.self_int callees include it for the complex branch",
+          gone_rows=("aten::conj_physical unsupported (release-callees)",)),
+    Cause("composite-rows", "a `copy_` issued by a composite the release lacks keeps its mps-copy rule (2.0-2.3)",
+          S20_23, (), "opscan/predict/release_paths.py (commit 4b9025f, issue 38): copy_ is MPS's own copy whichever "
+          "composite issued it (F.rms_norm, absent before 2.4.0, is what timm 1.0.31 `timm/layers/fast_norm.py:27` "
+          "replaces with its own pow/mean/rsqrt/mul there)",
+          gone_rows=("aten::copy_ unknown (composite-no-callees)", "aten::copy_ unknown (release-callees-unknown)")),
+    Cause("silent-34", "silent-correctness entries added by issue 34 (verdict `mismatch`)", (), (),
+          "opscan/knowledge/silent_bugs.yaml, issue 34 (commits 8f2077d.. merged 3f2aec3 and 32bffd8): e.g. 114692 "
+          "`zero_` of a contiguous slice at a storage offset writes past its end in 2.0.0-2.1.x (PR #114838), which "
+          "torchvision 0.29.1 `torchvision/models/swin_transformer.py:178` (`qkv_bias[length : 2 * length].zero_()`, "
+          "Swin V2) meets", appears=tuple(f"mismatch (silent-bug-{i})" for i in SILENT_ISSUE_34)),
     Cause("silent", "a known MPS silent-correctness bug (verdict `mismatch`)", (), (),
-          "opscan/knowledge/silent_bugs.yaml (issue 26, after the old boards): a call that meets an entry's "
+          "opscan/knowledge/silent_bugs.yaml (issue 26, after the 2026-12-01 boards): a call that meets an entry's "
           "condition in an affected release is predicted `mismatch` (rule silent-bug-<id>, the pytorch issue and "
-          "fix PR in the row's source); the old boards had no such verdict", appears=("mismatch",)),
+          "fix PR in the row's source); the 2026-12-01 boards had no such verdict. Only the entries the 2026-12-03 "
+          "boards met: a later entry's rows are claimed by the change that added it",
+          appears=tuple(f"mismatch (silent-bug-{i})" for i in SILENT_ISSUE_26)),
 )
 
 
@@ -167,13 +260,14 @@ def classify(release: str, gone: set, new: set) -> tuple[tuple[str, ...], tuple]
     """The causes that claim the cell's changed rows, and the rows no cause claims."""
     keys, left = [], []
     for row in sorted(gone):
-        cause = next((c for c in CAUSES if c.claims(release, row[0])), None)
+        cause = next((c for c in CAUSES if c.claims(release, row[0], row[2], row[3])), None)
         if cause is None:
             left.append(("-",) + row)
         elif cause.key not in keys:
             keys.append(cause.key)
     for row in sorted(new):
-        cause = next((c for c in CAUSES if c.adds(release, row[2], row[3]) or c.adds_op(release, row[0])), None)
+        cause = next((c for c in CAUSES if c.adds(release, row[2], row[3], row[0]) or c.adds_op(release, row[0])),
+                     None)
         if cause is None:
             left.append(("+",) + row)
         elif cause.key not in keys:

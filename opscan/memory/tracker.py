@@ -33,6 +33,7 @@ from opscan.trace.guard import call_through
 from opscan.trace.tensors import tensors_in
 
 _KEEP = ("parameters", "inputs")  # roles a later mark does not override
+_OWN_READS = torch._C.DisableTorchFunction  # the optimizer hooks' reads: C getters, not calls through a torch mode
 
 
 class StorageTracker(TorchDispatchMode):
@@ -102,7 +103,8 @@ class StorageTracker(TorchDispatchMode):
     def _detach(self) -> None:
         for handle in self._handles:
             handle.remove()
-        self._mark_grads(self._params)
+        with _OWN_READS():
+            self._mark_grads(self._params)
         self._closed = True
         self._refs.clear()  # callbacks of storages that outlive the step never fire
 
@@ -111,20 +113,31 @@ class StorageTracker(TorchDispatchMode):
 
     def observe(self, func, args, kwargs, ins: list | None = None):
         """Run one call, counting the storages it reads (`ins`: its tensor arguments, when known) and makes."""
+        return self.run(func, args, kwargs, tensors_in(args, kwargs) if ins is None else ins, _may_resize(func))[0]
+
+    def run(self, func, args, kwargs, ins: list, grows: bool) -> tuple[object, list]:
+        """`observe` for a mode that has read the call already — its tensor arguments `ins`, whether it writes into
+        one (`grows`: an out= variant or `resize_` can grow a storage) — returning the result and its tensors."""
         self.calls += 1
         self._func = func
         if self.call_marks is not None:
             self.call_marks.append((len(self._events), node_mark()))
-        for t in tensors_in(args, kwargs) if ins is None else ins:
-            self._see(t, False)
+        current = self._current
+        for t in ins:
+            try:
+                known = t.untyped_storage()._cdata in current
+            except (RuntimeError, NotImplementedError, TypeError):
+                continue
+            if not known:  # (a storage already counted, read again: nothing to do)
+                self._see(t, False)
         if self.cache is None:
             out = call_through(func, *args, **kwargs)
         else:
             out = self.cache.call(func, args, kwargs, lambda: call_through(func, *args, **kwargs))
-        grows = _may_resize(func)
-        for t in tensors_in(out):
+        outs = tensors_in(out)
+        for t in outs:
             self._see(t, grows)
-        return out
+        return out, outs
 
     def events_now(self) -> int:
         """How many events were recorded so far (the recorder marks each call with it: trace/repeat.py)."""
@@ -156,13 +169,15 @@ class StorageTracker(TorchDispatchMode):
         self.peak = self.live
 
     def _before_step(self, optimizer, args, kwargs) -> None:
-        self._mark_grads(p for group in optimizer.param_groups for p in group["params"])
+        with _OWN_READS():
+            self._mark_grads(p for group in optimizer.param_groups for p in group["params"])
 
     def _after_step(self, optimizer, args, kwargs) -> None:
-        for state in optimizer.state.values():
-            for value in state.values():
-                if isinstance(value, torch.Tensor):
-                    self.mark(value, "optimizer_state")
+        with _OWN_READS():
+            for state in optimizer.state.values():
+                for value in state.values():
+                    if isinstance(value, torch.Tensor):
+                        self.mark(value, "optimizer_state")
 
     def _mark_grads(self, params) -> None:
         for p in params:
@@ -181,7 +196,9 @@ class StorageTracker(TorchDispatchMode):
         device = t.device.type
         if device == self.ignore_device or self._closed:
             return None
-        nbytes = self._nbytes(storage)
+        nbytes = storage.nbytes()
+        if type(nbytes) is not int:
+            nbytes = self._nbytes(storage)
         if index is not None:
             if nbytes <= self._blocks[index][0]:
                 return index

@@ -29,9 +29,9 @@ REMEDY = ("put the tensor on the step's device where it is made — `device=x.de
 _JUDGED = frozenset({Verdict.NATIVE, Verdict.UNKNOWN, Verdict.MISMATCH})  # verdicts whose call runs an MPS kernel
 CAST_RULE = "placement-cast-on-host"
 _COPIES = frozenset({"copy_", "_to_copy", "_copy_from", "_copy_from_and_resize"})
-_SRC_CAST = ("aten/src/ATen/native/mps/operations/Copy.mm copy_to_mps_: a source of another dtype is converted on its "
-             "own device first ('In case of dtype change, perform conversion on source device'; from 2.1: "
-             "`src_.to(dst_.dtype())`), the same in every release 2.0-2.14 [src]")
+_SRC_CAST = ("aten/src/ATen/native/mps/operations/Copy.mm copy_to_mps_: a CPU source of another dtype is converted on "
+             "the CPU before the copy — the oldest form read ('In case of dtype change, perform conversion on source "
+             "device': `src.to(dst_.dtype())`) and the newest (`src_.to(dst_.dtype())` before `expand_as`) alike [src]")
 
 
 def placement_key(call) -> tuple | None:

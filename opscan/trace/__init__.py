@@ -97,8 +97,8 @@ def _trace_as_mac(target: Target, options: TraceOptions, has_mps_kernel, expand,
     code = DeviceCode(devices)  # the user's code that picks a device: in a mode of its own while the step is
     with StepFunctions((code,)):  # prepared (fx, build_optimizer), the last job of the step's mode while it runs
         model, inputs = _prepared(target, options)
-        gm, fx_info = fxnodes.symbolic(model) if options.fx else (None, FxInfo(False, "disabled (--no-fx)"))
-        shortcut = Shortcut.of(model, gm, options.repeat and target.fake is not None)
+        graph, fx_info = fxnodes.symbolic(model) if options.fx else (None, FxInfo(False, "disabled (--no-fx)"))
+        shortcut = Shortcut.of(model, graph, options.repeat and target.fake is not None)
         optimizer = None if options.inference else step.make_optimizer(model, target.build_optimizer)
     tracker = ModuleTracker(model)
     mapper = GradFnMapper(tracker)
@@ -119,7 +119,7 @@ def _trace_as_mac(target: Target, options: TraceOptions, has_mps_kernel, expand,
     with contextlib.ExitStack() as stack:
         attached = below.attached() if below is not None else contextlib.nullcontext()
         mixed = AmpTrace(release, notes, recorder, devices=devices) if amp is not None else contextlib.nullcontext()
-        functions = StepFunctions((*_jobs(mapper, gm, tracker, recorder), code))
+        functions = StepFunctions((*_jobs(mapper, graph, tracker, recorder), code))
         for ctx in (tracker, phases, lens, functions, attached, recorder, mixed):
             stack.enter_context(ctx)
         if target.fake is not None:
@@ -145,11 +145,11 @@ def _trace_as_mac(target: Target, options: TraceOptions, has_mps_kernel, expand,
     )
 
 
-def _jobs(mapper, gm, tracker, recorder) -> tuple:
+def _jobs(mapper, graph, tracker, recorder) -> tuple:
     """The jobs of the step's one TorchFunctionMode (trace/functions.py), outermost first: the autograd nodes'
     modules, the fx node tags (when fx traced the model), factories made on the host, the user's own moves to the
     device, explicit host moves."""
-    tagger = (fxnodes.FxNodeTagger(gm, tracker, recorder),) if gm is not None else ()
+    tagger = (fxnodes.FxNodeTagger(graph, tracker, recorder),) if graph is not None else ()
     return (mapper, *tagger, HostFactories(recorder.storages), DeviceMoves(recorder.storages),
             CompositeMoves(recorder.storages), ExplicitMoves(recorder.storages))
 

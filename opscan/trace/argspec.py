@@ -17,6 +17,12 @@ Encoding, per argument:
 
 Pure: it reads the arguments and changes nothing. Values are never recorded for fake or meta
 tensors (they have none): probe-input builders in op_probes/ make valid ones instead.
+
+`attrs(args, kwargs)` is the display form (`OpCall.attrs`): positional then keyword values, tensors as
+"<tensor>", dtypes and devices as their names, lists as lists, other objects by type name. `read_call(args,
+kwargs)` gives a recorded call's tensors (`tensors_in`'s order), attrs and spec in one walk over its arguments
+(the recorder's per-call path); arguments of a kind it does not know (a dict, a symbolic size, a generator) take
+the three walks above instead, so the results are the same either way.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from opscan.trace.tensors import tensors_in
 
 VALUE_CAP = 1 << 16  # integer/bool tensors with more elements keep no values
 VERSION = 1
@@ -38,6 +46,90 @@ def encode(args, kwargs, value_cap: int = VALUE_CAP) -> dict:
         "args": [_encode(a, counter, value_cap) for a in args],
         "kwargs": {k: _encode(v, counter, value_cap) for k, v in kwargs.items()},
     }
+
+
+def attrs(args, kwargs) -> tuple:
+    """The display form of a call's arguments, positional then keyword (`OpCall.attrs`)."""
+    if kwargs:
+        return tuple([_attr(x) for x in args] + [_attr(x) for x in kwargs.values()])
+    return tuple([_attr(x) for x in args])
+
+
+def read_call(args, kwargs, value_cap: int = VALUE_CAP) -> tuple[list, tuple, dict]:
+    """(the call's tensors as `tensors_in` lists them, `attrs(args, kwargs)`, `encode(args, kwargs)`) in one walk
+    over the arguments; one of a kind the walk does not know sends the call through the three walks instead."""
+    tensors: list = []
+    try:
+        shown, spec = _read(args, tensors, value_cap)
+        if not kwargs:
+            return tensors, tuple(shown), {"args": spec, "kwargs": {}}
+        shown_kw, spec_kw = _read(kwargs.values(), tensors, value_cap)
+    except _Unread:
+        return tensors_in(args, kwargs), attrs(args, kwargs), encode(args, kwargs, value_cap)
+    return tensors, tuple(shown + shown_kw), {"args": spec, "kwargs": dict(zip(kwargs, spec_kw))}
+
+
+class _Unread(Exception):
+    """An argument `_read` leaves to the three walks."""
+
+
+_SELF = frozenset({int, bool, str, type(None)})  # shown and encoded as themselves
+_NAMED: dict = {}  # dtype, device, layout or memory format -> (its display, its spec key, its spec name)
+_NAMED_KINDS = frozenset({torch.dtype, torch.device, torch.layout, torch.memory_format})
+_SPEC_KEYS = {torch.dtype: "dtype", torch.device: "device", torch.layout: "layout",
+              torch.memory_format: "memory_format"}
+
+
+def _read(values, tensors: list, cap: int) -> tuple[list, list]:
+    """(attrs, specs) of `values`, appending their tensors to `tensors` (the spec's "t" counts them)."""
+    shown, spec = [], []
+    for value in values:
+        kind = type(value)
+        if kind in _SELF:
+            shown.append(value)
+            spec.append(value)
+        elif kind is float:
+            shown.append(value)
+            spec.append(value if math.isfinite(value) else {"float": repr(value)})
+        elif isinstance(value, torch.Tensor):
+            shown.append("<tensor>")
+            out = {"t": len(tensors)}
+            tensors.append(value)
+            if value.dtype in _INT_LIKE:
+                found = _values(value, cap)
+                if found is not None:
+                    out["v"] = found
+            spec.append(out)
+        elif kind is list or kind is tuple:
+            inner_shown, inner_spec = _read(value, tensors, cap)
+            shown.append(inner_shown)
+            spec.append(inner_spec)
+        elif kind in _NAMED_KINDS:
+            named = _NAMED.get(value)
+            if named is None:
+                named = _NAMED[value] = (str(value), _SPEC_KEYS[kind], _special(value)[_SPEC_KEYS[kind]])
+            shown.append(named[0])
+            spec.append({named[1]: named[2]})
+        else:
+            raise _Unread
+    return shown, spec
+
+
+_PLAIN = frozenset({bool, int, float, str, type(None)})
+
+
+def _attr(value):
+    if type(value) in _PLAIN:
+        return value
+    if isinstance(value, torch.Tensor):
+        return "<tensor>"
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_attr(v) for v in value]
+    return type(value).__name__
 
 
 def tensor_count(spec: dict) -> int:

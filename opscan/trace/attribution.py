@@ -17,6 +17,10 @@ from torch.optim import optimizer as optim_hooks
 _ACCUMULATE = "AccumulateGrad"
 _NO_TENSORS = frozenset({bool, int, float, str, type(None), torch.Size, torch.dtype, torch.device})
 
+# opscan's own reads of tensor attributes (`grad_fn`, `grad`, `untyped_storage()`) in hooks that run outside the trace's
+# TorchFunctionMode (module and optimizer hooks): with torch functions off, each is a C getter, not a call through the
+# mode's chain of jobs (the C getter is what the mode, and a subclass's default __torch_function__, would run)
+_OWN_READS = torch._C.DisableTorchFunction
 
 class ModuleTracker:
     """Names modules by their path in the model and tracks which ones are running."""
@@ -110,21 +114,22 @@ class GradFnMapper:
 
     def _entering(self, module, args) -> None:
         stack = self.tracker.stack
-        self._claim(args, stack[-2] if len(stack) > 1 else "")
+        with _OWN_READS():
+            self._claim(args, stack[-2] if len(stack) > 1 else "")
 
     def _leaving(self, module, args, output) -> None:
-        self._claim(output, self.tracker.name_of(module))
+        with _OWN_READS():
+            self._claim(output, self.tracker.name_of(module))
 
     def wrap(self, inner):
         """The chain link for every call: claim the nodes its output brought (trace/functions.py)."""
-        claim, tracker, grad_enabled = self._claim, self.tracker, torch.is_grad_enabled
+        claim, stack, grad_enabled = self._claim, self.tracker.stack, torch.is_grad_enabled
 
         def run(func, args, kwargs):
             out = inner(func, args, kwargs)
             if type(out) in _NO_TENSORS or not grad_enabled():
                 return out  # (shape queries, sizes, flags: most calls)
-            current = tracker.current
-            claim(out, "" if current is None else current)
+            claim(out, stack[-1] if stack else "")  # (the tracker's current module)
             return out
         return run
 
@@ -147,9 +152,14 @@ class GradFnMapper:
             todo.extend(fn for fn, _ in node.next_functions)
 
 
-def backward_module(mapper: GradFnMapper, tracker: ModuleTracker) -> tuple[str, str] | None:
-    """(module path, how it was found) for a call made by the autograd engine, else None."""
-    node = torch._C._current_autograd_node()
+_UNREAD = object()  # backward_module's node, not read by its caller
+
+
+def backward_module(mapper: GradFnMapper, tracker: ModuleTracker, node=_UNREAD) -> tuple[str, str] | None:
+    """(module path, how it was found) for a call made by the autograd engine, else None (`node`: the autograd node
+    running now, when the caller has read it)."""
+    if node is _UNREAD:
+        node = torch._C._current_autograd_node()
     if node is None:
         return None
     if type(node).__name__ == _ACCUMULATE:
@@ -182,7 +192,11 @@ class PhaseTracker:
 
     def current(self) -> str:
         """The phase of a call made now."""
-        if torch._C._current_autograd_node() is not None:
+        return self.at(torch._C._current_autograd_node())
+
+    def at(self, node) -> str:
+        """The phase of a call made now, while autograd node `node` runs (None: outside the engine)."""
+        if node is not None:
             self.after_backward = True
             return "backward"
         if self.tracker.root_depth > 0:

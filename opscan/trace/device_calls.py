@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from opscan.trace.device_request import RULE_TENSOR, device_request, mac_result
+from opscan.trace.device_request import ASKING, RULE_TENSOR, device_request, mac_result
 from opscan.trace.frames import Sites
 from opscan.trace.functions import StepFunctions
 from opscan.trace.records import CallSite
@@ -108,6 +108,8 @@ class DeviceCode:
             return inner(func, args, kwargs)  # the user's call: its errors are theirs
 
         def run(func, args, kwargs):
+            if not kwargs and func not in ASKING:  # (most calls: no device asked for)
+                return inner(func, args, kwargs)
             request = device_request(func, args, kwargs)
             if request is None:
                 return inner(func, args, kwargs)

@@ -26,6 +26,7 @@ RULE_PIN = "device-pin-memory"  # pin_memory=True, x.pin_memory()
 _PINNED = frozenset({torch.Tensor.pin_memory})
 _TO = frozenset({torch.Tensor.to})
 _CUDA = frozenset({torch.Tensor.cuda})
+ASKING = _CUDA | _PINNED | _TO  # the functions that can ask for a device without a keyword argument
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ class DeviceRequest:
 
 
 def device_request(func, args: tuple, kwargs: dict) -> DeviceRequest | None:
-    """The DeviceRequest of a torch call (see the module docstring), or None."""
+    """The DeviceRequest of a torch call (see the module docstring), or None (always for a call without keyword
+    arguments of a function not in `ASKING`)."""
     if func in _CUDA:
         return DeviceRequest(RULE_TENSOR, ".cuda()", func, args, kwargs)
     if func in _PINNED:

@@ -141,6 +141,9 @@ def where(frame) -> tuple[tuple[str, ...], tuple[str, int] | None, tuple | None,
         if found is None or found[3] is not code:
             found = _KINDS[id(code)] = (*_classify(code, frame), code)
         kind = found[0]
+        if kind == SKIP:  # (most frames: opscan's, torch's dispatch and call plumbing)
+            frame = frame.f_back
+            continue
         if kind == TORCH:
             if not chain or chain[-1] != found[1]:
                 chain.append(found[1])
@@ -171,6 +174,9 @@ def _user(frame) -> tuple[tuple | None, tuple | None]:
         if found is None or found[3] is not code:
             found = _KINDS[id(code)] = (*_classify(code, frame), code)
         kind = found[0]
+        if kind == SKIP or kind == TORCH:
+            frame = frame.f_back
+            continue
         if kind == USER:
             return (found[1][0], frame.f_lineno, found[1][1]), via
         if kind == RUNNER:
@@ -209,12 +215,12 @@ class Sites:
             return CallSite(*self.anchor, via=via, by="factory")
         return CallSite(None, None, None, via=via) if via is not None else None
 
-    def where(self, phase: str, found: CallSite | None) -> CallSite | None:
+    def where(self, phase: str, found: CallSite | None, node=None) -> CallSite | None:
         """The CallSite of a call in `phase` whose walk found `found`: a backward call's is its node's forward call's
         when known; the autograd nodes a forward call created (sequence numbers handed out since the last call:
-        autograd makes the node before the call reaches the dispatch mode) take its own."""
+        autograd makes the node before the call reaches the dispatch mode) take its own. `node`: the autograd node
+        running a backward call (the caller's read of torch._C._current_autograd_node())."""
         if phase == "backward":
-            node = torch._C._current_autograd_node()
             made = self._nodes.get(node._sequence_nr()) if node is not None else None
             return found if made is None else made
         seq = _sequence_nr()

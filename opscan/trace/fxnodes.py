@@ -21,17 +21,18 @@ from opscan.trace.records import FxInfo
 from opscan.trace.untouched import untouched
 
 
-def symbolic(model: torch.nn.Module) -> tuple[torch.fx.GraphModule | None, FxInfo]:
-    """Try symbolic_trace; return the graph module or None, with what happened."""
+def symbolic(model: torch.nn.Module) -> tuple[torch.fx.Graph | None, FxInfo]:
+    """Try symbolic_trace's tracer; return the graph or None, with what happened. Only the graph's nodes are read
+    (their names, ops, targets and module stacks), so no GraphModule is built: its code generation and attribute
+    copies cost a trace of resnet18 a few milliseconds and tell nothing (`torch.fx.GraphModule(model, graph)` makes
+    one of it)."""
     try:
         with untouched(model):
-            tracer = _Tracer()
-            graph = tracer.trace(model)
-            gm = torch.fx.GraphModule(tracer.root, graph, type(model).__name__)
+            graph = _Tracer().trace(model)
     except Exception as exc:  # noqa: BLE001 - any tracing failure is just "no fx graph"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return None, FxInfo(False, f"{type(exc).__name__}: {first}"[:200])
-    return gm, FxInfo(True, None, sum(1 for _ in gm.graph.nodes))
+    return graph, FxInfo(True, None, len(graph.nodes))
 
 
 class _Tracer(torch.fx.Tracer):
@@ -72,11 +73,11 @@ class FxNodeTagger:
 
     funcs = None  # every call
 
-    def __init__(self, gm: torch.fx.GraphModule, tracker: ModuleTracker, recorder):
+    def __init__(self, graph: torch.fx.Graph, tracker: ModuleTracker, recorder):
         self.tracker, self.recorder = tracker, recorder
         self.functions: dict[tuple[str, str], deque[str]] = defaultdict(deque)
         self.leaves: dict[str, str] = {}
-        for node in gm.graph.nodes:
+        for node in graph.nodes:
             if node.op == "call_module":
                 self.leaves[node.target] = node.name
             elif node.op in ("call_function", "call_method"):
@@ -107,12 +108,16 @@ class FxNodeTagger:
     def wrap(self, inner):
         """The chain link for every call: its fx node set while it runs (trace/functions.py)."""
         tracker, recorder, leaves, functions = self.tracker, self.recorder, self.leaves, self.functions
+        names: dict = {}  # func -> _name(func), once per function
 
         def run(func, args, kwargs):
-            scope = tracker.current
-            if scope is None or tracker.root_depth == 0 or scope in leaves:
+            stack = tracker.stack
+            if not stack or tracker.root_depth == 0 or stack[-1] in leaves:
                 return inner(func, args, kwargs)
-            queue = functions.get((scope, _name(func)))
+            name = names.get(func)
+            if name is None:
+                name = names[func] = _name(func)
+            queue = functions.get((stack[-1], name))
             if not queue:
                 return inner(func, args, kwargs)
             previous, recorder.fx_node = recorder.fx_node, queue.popleft()

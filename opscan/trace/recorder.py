@@ -5,36 +5,39 @@ stores the OpKey, the phase, the module that caused it, the metadata of each ten
 result (dtype, shape, stride, device, storage identity, bytes) and its non-tensor arguments.
 Composite ops that have no MPS kernel of their own can be expanded: the op is re-dispatched to its
 CompositeExplicitAutograd kernel inside the (re-entered) mode, so its callees are recorded too,
-marked with the composite call as their parent.
+marked with the composite call as their parent (expansion.py).
+
+It runs for every call, so its per-call path is short: what depends on the operator alone is worked out once per
+operator (plans.py), the arguments are walked once for their tensors, display and replayable forms
+(argspec.read_call), each tensor's metadata is read once (tensors.describe), and the memory tracker below is handed
+the tensors already found (memory/tracker.py `run`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import sys
 from typing import Callable
 
 import torch
-from torch._C import DispatchKey
-from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map
 
 from opscan.opkey import OpKey
-from opscan.trace.argspec import encode as encode_args
+from opscan.trace.argspec import attrs as attrs_of, encode as encode_args, read_call
 from opscan.trace.attribution import GradFnMapper, ModuleTracker, PhaseTracker, backward_module
 from opscan.trace.bookkeeping import is_bookkeeping
+from opscan.trace.expansion import run_expanded
 from opscan.trace.frames import Sites
 from opscan.trace.guard import call_through
 from opscan.trace.host import name_before_step
 from opscan.trace.hooks import run_composite
-from opscan.trace.records import OpCall, TensorMeta
-from opscan.trace.scalars import rewrapped
+from opscan.trace.plans import PLANS, plan_of
+from opscan.trace.records import OpCall, TensorMeta, recorded_call
+from opscan.trace.scalars import numbers_in, rewrapped
 from opscan.trace.tensors import StorageIds, describe, tensors_in
 
-_COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
-_DEVICE_QUERY = torch.ops.prim.device.default  # dispatched only by tensors with a Python device (fake)
+_current_autograd_node = torch._C._current_autograd_node
 
 MAX_EXPANSION_DEPTH = 4
 
@@ -57,7 +60,7 @@ class CallRecorder(TorchDispatchMode):
         self.calls: list[OpCall] = []
         self.fx_node: str | None = None
         self._last_phase = ""
-        self._parents: list[int] = []
+        self.parents: list[int] = []  # the composite calls being expanded now (expansion.py), innermost last
         self._params: list = []
         self.below = None  # the memory tracker, handed every call this mode passes on (its `observe`)
         self.event_marks: list[int] | None = None  # per call, the tracker's events before it (repeat.py)
@@ -95,45 +98,74 @@ class CallRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if self._muted:
-            return self._through(func, args, kwargs)
-        if func is _DEVICE_QUERY:  # a fake tensor asking its device through the dispatcher: no call
-            return _device_query(func, args, kwargs)
-        op = _facts(func)
+            return self.through(func, args, kwargs)
+        plan = PLANS.get(id(func))
+        if plan is None or plan.func is not func:
+            plan = plan_of(func)
+        op = plan.op
         if op is None:
+            if plan.device_query:  # a fake tensor asking its device through the dispatcher: no call
+                return _device_query(func, args, kwargs)
             return self._decomposed(func, args, kwargs)
-        wrapped = rewrapped(func, args, kwargs)  # a composite's wrapped scalar, come back as a number
-        if wrapped[0] is not args or wrapped[1] is not kwargs:
-            self._not_placed(tensors_in(args, kwargs), tensors_in(*wrapped))
-        args, kwargs = wrapped
-        phase = self.phases.current()
+        if plan.numbers_at or plan.numbers_named:  # a composite's wrapped scalar may come back as a number
+            args, kwargs = self._rewrapped(plan, args, kwargs)
+        node = _current_autograd_node()  # (read once: the call's phase, backward module, sequence number and site)
+        phase = self.phases.at(node)
         # a composite's callee, re-dispatched by this mode, was issued where its composite was
-        site = self._site(sys._getframe(1)) if not self._parents else self._parent_site
+        if self.parents:
+            site = self._parent_site
+        else:
+            site = self._parent_site = self.sites.of(sys._getframe(1))
         if phase == "optimizer" and self._last_phase != "optimizer":
             self._index_gradients()
         self._last_phase = phase
-        ins = tensors_in(args, kwargs)
-        self.storages.placement.site = site[2]  # a host tensor first met here is named by this line
-        inputs = self._metas(ins)
-        index = len(self.calls)
-        spec = encode_args(args, kwargs)  # before the call: an in-place op changes its inputs
-        self.calls.append(None)  # reserve the slot so callees come after their composite
+        # before the call: an in-place op changes its inputs
+        ins, shown, spec = read_call(args, kwargs)
+        storages = self.storages
+        storages.placement.site = site[2]  # a host tensor first met here is named by this line
+        inputs = tuple([describe(t, storages) for t in ins])
+        calls = self.calls
+        index = len(calls)
+        calls.append(None)  # reserve the slot so callees come after their composite
         if self.event_marks is not None:
             self.event_marks.append(self.below.events_now())
         # what the call makes is on the host when its tensor arguments all are; a callee with none (the empty a
         # composite allocates its result with, from self's options) where its composite's are
-        made_from = _host_roots(inputs) if inputs and all(t.host for t in inputs) else (
-            self._made_from[-1] if not inputs and self._made_from else ())
+        made_from = _sources_of(inputs, self._made_from)
         self._made_from.append(made_from)
         try:
-            out, expanded = self._execute(func, op, index, args, kwargs, ins)
+            out, outs, expanded = self._run(func, plan, index, args, kwargs, ins)
         except Exception as exc:  # the step may catch it ("try float16, else float32"): keep the call
-            self._store(index, op, phase, inputs, (), args, kwargs, spec, False, f"{type(exc).__name__}: {exc}", site)
+            self._store(index, op, phase, inputs, (), shown, spec, False, f"{type(exc).__name__}: {exc}", site,
+                        plan.bookkeeping, node)
             raise
         finally:
             self._made_from.pop()
-        outputs = tuple(describe(t, self.storages, made_from) for t in tensors_in(out))
-        self._store(index, op, phase, inputs, outputs, args, kwargs, spec, expanded, None, site)
+        outputs = tuple([describe(t, storages, made_from) for t in outs])
+        self._store(index, op, phase, inputs, outputs, shown, spec, expanded, None, site, plan.bookkeeping, node)
         return out
+
+    def _run(self, func, plan, index: int, args, kwargs, ins) -> tuple[object, list, bool]:
+        """(the call's result, its tensors, whether its callees were recorded): run by the modes below and the
+        kernels, or expanded (expansion.py)."""
+        expands = self._expands.get(id(func))
+        if expands is None:
+            expands = self._expands_op(func, plan.op)
+        if not expands or len(self.parents) >= MAX_EXPANSION_DEPTH:
+            if self.below is None:
+                out = call_through(func, *args, **kwargs)
+                return out, tensors_in(out), False
+            return (*self.below.run(func, args, kwargs, ins, plan.grows), False)
+        out, expanded = run_expanded(self, func, index, args, kwargs)
+        return out, tensors_in(out), expanded
+
+    def _rewrapped(self, plan, args, kwargs) -> tuple[tuple, dict]:
+        """The call's arguments with the numbers in its Tensor parameters made tensors again (scalars.py)."""
+        if not numbers_in(plan.numbers_at, plan.numbers_named, args, kwargs):
+            return args, kwargs
+        wrapped = rewrapped(plan.func, args, kwargs)
+        self._not_placed(tensors_in(args, kwargs), tensors_in(*wrapped))
+        return wrapped
 
     def _not_placed(self, before, after) -> None:
         """The scalars a composite wrapped as tensors: 0-dim CPU tensors on every device, as PyTorch itself passes
@@ -147,11 +179,6 @@ class CallRecorder(TorchDispatchMode):
                     placement.made.add(sid)
                     placement.host.add(sid)
 
-    def _site(self, frame) -> tuple:
-        """(py chain, caller, CallSite) of a call, interned: calls from one place share one tuple."""
-        self._parent_site = self.sites.of(frame)
-        return self._parent_site
-
     def note_call(self, op: OpKey, raised: str, args=(), kwargs=None) -> None:
         """Record a call this mode did not see as one that raised `raised`, in the current phase and module: a
         Python API that raises on a Mac (no arguments), or a composite that refused its arguments before it
@@ -161,9 +188,12 @@ class CallRecorder(TorchDispatchMode):
         if self.event_marks is not None:
             self.event_marks.append(self.below.events_now())
         spec = encode_args(args, kwargs) if args or kwargs else None
-        site = self._site(sys._getframe(1))
-        self._store(len(self.calls) - 1, op, self.phases.current(), self._metas(tensors_in(args, kwargs)), (), args,
-                    kwargs, spec, False, raised, site)
+        site = self._parent_site = self.sites.of(sys._getframe(1))
+        node = _current_autograd_node()
+        phase = self.phases.at(node)
+        inputs = tuple([describe(t, self.storages) for t in tensors_in(args, kwargs)])
+        self._store(len(self.calls) - 1, op, phase, inputs, (), attrs_of(args, kwargs), spec, False, raised, site,
+                    is_bookkeeping(op), node)
 
     @contextlib.contextmanager
     def muted(self):
@@ -174,25 +204,24 @@ class CallRecorder(TorchDispatchMode):
         finally:
             self._muted = False
 
-    def _store(self, index, op, phase, inputs, outputs, args, kwargs, spec, expanded, raised,
-               site=((), None, None)) -> None:
-        module, how = self._module(phase, inputs)
+    def _store(self, index, op, phase, inputs, outputs, shown, spec, expanded, raised, site, bookkeeping,
+               node) -> None:
+        """Record the call at `index` (`node`: the autograd node running it, or None)."""
+        module, how = self._module(phase, inputs, node)
         if how == "parameter" and phase == "optimizer":
             for t in outputs:  # optimizer state made from a parameter belongs to its module
                 self.param_storages.setdefault(t.storage, module)
-        attrs = tuple([_attr(x) for x in args] + [_attr(x) for x in kwargs.values()]) if kwargs \
-            else tuple([_attr(x) for x in args])
-        self.calls[index] = OpCall(
-            index, op, phase, module, inputs, outputs, is_bookkeeping(op),
-            self.fx_node if phase == "forward" else None, how, _current_node(),
-            self._parents[-1] if self._parents else None, expanded, attrs, spec, raised, site[0], site[1],
-            self.sites.where(phase, site[2]))
+        parents = self.parents
+        self.calls[index] = recorded_call(
+            index, op, phase, module, inputs, outputs, bookkeeping, self.fx_node if phase == "forward" else None, how,
+            None if node is None else int(node._sequence_nr()), parents[-1] if parents else None, expanded, shown,
+            spec, raised, site[0], site[1], self.sites.where(phase, site[2], node))
 
-    def _through(self, func, args, kwargs, ins=None):
+    def through(self, func, args, kwargs):
         """The call as the modes below (the memory tracker, a fake mode) and the kernels run it."""
         if self.below is None:
             return call_through(func, *args, **kwargs)
-        return self.below.observe(func, args, kwargs, ins)
+        return self.below.observe(func, args, kwargs)
 
     def _expands_op(self, func, op: OpKey) -> bool:
         found = self._expands.get(id(func))
@@ -200,54 +229,10 @@ class CallRecorder(TorchDispatchMode):
             found = self._expands[id(func)] = bool(self.expand(op))
         return found
 
-    def _execute(self, func, op: OpKey, index: int, args, kwargs, ins=None):
-        if len(self._parents) >= MAX_EXPANSION_DEPTH or not self._expands_op(func, op):
-            return self._through(func, args, kwargs, ins), False
-        if _is_view(func):  # a composite view only rewrites metadata: no callee dispatches
-            return self._through(func, args, kwargs), True
-        key = _composite_key(func)
-        if key is None:
-            return self._through(func, args, kwargs), False
-        self._parents.append(index)
-        try:
-            try:
-                with self:
-                    out = func._op_dk(key, *args, **kwargs)
-            except Exception:  # noqa: BLE001 - the composite kernel refused these arguments
-                del self.calls[index + 1:]  # (e.g. a Python scalar the C++ schema wants as a Tensor)
-                if self.event_marks is not None:
-                    del self.event_marks[index + 1:]
-                return self._through(func, args, kwargs), False
-            if len(self.calls) == index + 1:  # a CPU fast path dispatched nothing: see the device path
-                # nothing dispatched on meta either: metadata only; the meta run failed: not known
-                expanded = self._expand_on_meta(func, key, args, kwargs)
-                if _strayed(out, args, kwargs) and not func._schema.is_mutable:
-                    out = self._through(func, args, kwargs)  # C++ made a plain meta tensor of a fake one
-                return out, expanded
-            return out, True
-        finally:
-            self._parents.pop()
-
-    def _expand_on_meta(self, func, key, args, kwargs) -> bool:
-        """Run the composite kernel on meta copies: its non-CPU branch (the one MPS takes) dispatches.
-        True when that run succeeded. Under fake tensors the copies are plain meta tensors too (the fake
-        mode is set aside for the run), as in a real trace."""
-        outside_fake = unset_fake_temporarily() if _has_fake((args, kwargs)) else contextlib.nullcontext()
-        with outside_fake:
-            meta_args, meta_kwargs = tree_map(_to_meta, (args, kwargs))
-            if "device" in meta_kwargs:
-                meta_kwargs["device"] = torch.device("meta")
-            try:
-                with self:
-                    func._op_dk(key, *meta_args, **meta_kwargs)
-            except Exception:  # noqa: BLE001 - no meta path: the callees stay unknown
-                return False
-        return True
-
     @property
     def expanding(self) -> bool:
         """True while a composite is re-dispatched to record its callees."""
-        return bool(self._parents)
+        return bool(self.parents)
 
     def _decomposed(self, func, args, kwargs):
         # Under inference_mode the autograd keys are skipped, so CompositeImplicitAutograd ops
@@ -257,21 +242,35 @@ class CallRecorder(TorchDispatchMode):
         with self:
             return run_composite(func, args, kwargs)
 
-    def _module(self, phase: str, inputs: tuple[TensorMeta, ...]) -> tuple[str, str]:
-        current = self.tracker.current
-        if current is not None:
-            return current, "hooks"
+    def _module(self, phase: str, inputs: tuple[TensorMeta, ...], node) -> tuple[str, str]:
+        stack = self.tracker.stack
+        if stack:
+            return stack[-1], "hooks"
         if phase == "backward":
-            found = backward_module(self.mapper, self.tracker)
+            found = backward_module(self.mapper, self.tracker, node)
             if found is not None:
                 return found
-        owners = {self.param_storages[t.storage] for t in inputs if t.storage in self.param_storages}
-        if len(owners) == 1:
-            return owners.pop(), "parameter"
-        return "", "none"
+        owner = None
+        params = self.param_storages
+        for t in inputs:  # the one module that owns the parameters read, if one does
+            found = params.get(t.storage)
+            if found is not None:
+                if owner is not None and found != owner:
+                    return "", "none"
+                owner = found
+        return ("", "none") if owner is None else (owner, "parameter")
 
-    def _metas(self, tensors) -> tuple[TensorMeta, ...]:
-        return tuple(describe(t, self.storages) for t in tensors)
+
+def _sources_of(inputs, running: list) -> tuple[int, ...]:
+    """The host sources what a call makes comes from: its tensor arguments' when they are all on the host (none
+    when one is not); a call with no tensor argument (the empty a composite allocates its result with, from self's
+    options) takes those of the composite running it (`running`: the recorder's, innermost last)."""
+    if not inputs:
+        return running[-1] if running else ()
+    for t in inputs:
+        if not t.host:
+            return ()
+    return _host_roots(inputs)
 
 
 def _host_roots(inputs) -> tuple[int, ...]:
@@ -281,85 +280,9 @@ def _host_roots(inputs) -> tuple[int, ...]:
     return tuple(sorted({r for t in inputs for r in t.host_from}))
 
 
-_FACTS: dict[int, tuple] = {}  # id(func) -> (func, its OpKey or None for a composite): no OpOverload.__hash__
-
-
-def _facts(func) -> OpKey | None:
-    """OpKey.of(func), once per operator; None when the C++ composite kernel is what runs (_is_composite)."""
-    found = _FACTS.get(id(func))
-    if found is None or found[0] is not func:
-        found = _FACTS[id(func)] = (func, None if _is_composite(func) else OpKey.of(func))
-    return found[1]
-
-
-@functools.lru_cache(maxsize=None)
-def _composite_key(func) -> DispatchKey | None:
-    """The composite key the op really has a kernel for (calling a missing one would crash)."""
-    for key in (DispatchKey.CompositeExplicitAutograd, DispatchKey.CompositeExplicitAutogradNonFunctional):
-        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key):
-            return key
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def _is_view(func) -> bool:
-    returns = func._schema.returns
-    return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
-
-
-def _to_meta(value):
-    if isinstance(value, torch.Tensor):
-        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
-    return value
-
-
-def _current_node() -> int | None:
-    node = torch._C._current_autograd_node()
-    return None if node is None else int(node._sequence_nr())
-
-
-_PLAIN = frozenset({bool, int, float, str, type(None)})
-
-
-def _attr(value):
-    if type(value) in _PLAIN:
-        return value
-    if isinstance(value, torch.Tensor):
-        return "<tensor>"
-    if isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
-        return str(value)
-    if isinstance(value, (list, tuple)):
-        return [_attr(v) for v in value]
-    return type(value).__name__
-
-
-@functools.lru_cache(maxsize=None)
-def _is_composite(func) -> bool:
-    """True for an op whose C++ CompositeImplicitAutograd kernel is what runs when it reaches us."""
-    name = getattr(func, "name", None)
-    try:
-        return callable(name) and torch._C._dispatch_has_kernel_for_dispatch_key(name(), _COMPOSITE)
-    except RuntimeError:  # an op the dispatcher does not know by name (prim::device)
-        return False
-
-
 def _device_query(func, args, kwargs):
     """prim::device of a fake tensor, answered as FakeTensorMode's handler would (saves a dispatch)."""
     x = args[0] if len(args) == 1 else None
     if isinstance(x, FakeTensor):
         return torch.device("meta") if x.fake_mode.in_kernel_invocation else x.fake_device
     return func(*args, **kwargs)
-
-
-def _has_fake(value) -> bool:
-    return any(isinstance(t, FakeTensor) for t in tensors_in(value))
-
-
-def _strayed(out, args, kwargs) -> bool:
-    """True when a composite's C++ fast path, run on fake tensors, returned a plain (meta) tensor:
-    it built a new tensor from the fake one's storage without dispatching, outside the fake mode."""
-    if not _has_fake((args, kwargs)):
-        return False
-    return any(not isinstance(t, FakeTensor) for t in tensors_in(out))

@@ -129,6 +129,23 @@ class OpCall:
         return tuple(t.dtype for t in self.inputs)
 
 
+def recorded_call(index, op, phase, module, inputs, outputs, bookkeeping, fx_node, module_source, node, parent,
+                  expanded, attrs, args_spec, raised, py, caller, where) -> OpCall:
+    """`OpCall(...)` with every field given, made without the frozen dataclass's `__init__` (one
+    `object.__setattr__` per field): the recorder makes one per call. The same object in every respect
+    (tests/test_trace_records.py compares them, field by field)."""
+    call = _NEW(OpCall)
+    _SET(call, "__dict__", {
+        "index": index, "op": op, "phase": phase, "module": module, "inputs": inputs, "outputs": outputs,
+        "bookkeeping": bookkeeping, "fx_node": fx_node, "module_source": module_source, "node": node, "parent": parent,
+        "expanded": expanded, "attrs": attrs, "args_spec": args_spec, "raised": raised, "py": py, "caller": caller,
+        "where": where})
+    return call
+
+
+_NEW, _SET = object.__new__, object.__setattr__
+
+
 @dataclass(frozen=True)
 class FxInfo:
     """Whether torch.fx.symbolic_trace succeeded, and why not."""

@@ -51,7 +51,7 @@ def registrations(ops) -> tuple[tuple[OpKey, Registration], ...]:
     """(op, Registration) for each distinct op of `ops` that the target registered itself from Python."""
     found = {}
     for op in ops:
-        if op not in found and op.namespace not in BUILT_IN:
+        if op.namespace not in BUILT_IN and op not in found:  # (aten's, most calls: no OpKey hash)
             found[op] = registration_of(op)
     return tuple((op, reg) for op, reg in found.items() if reg is not None)
 

@@ -215,14 +215,14 @@ class Shortcut:
         self.first_free = 0
 
     @classmethod
-    def of(cls, model: torch.nn.Module, gm, wanted: bool) -> Shortcut:
-        """The shortcut for `model` (`gm`: its fx graph or None) when `wanted`, else one that is off."""
+    def of(cls, model: torch.nn.Module, graph, wanted: bool) -> Shortcut:
+        """The shortcut for `model` (`graph`: its fx graph or None) when `wanted`, else one that is off."""
         if not wanted:
             return cls(None, {})
         stack, refused = find_stack(model)
         if stack is None:
             return cls(None, {}, (f"repeated layers: {refused}; every layer traced",) if refused else ())
-        names = fx_names(gm, stack) if gm is not None else {}
+        names = fx_names(graph, stack) if graph is not None else {}
         return cls(stack, names)
 
     @contextlib.contextmanager
@@ -260,11 +260,11 @@ class Shortcut:
         return done.calls, done.groups
 
 
-def fx_names(gm, stack: Stack) -> dict[int, tuple[str, ...]]:
+def fx_names(graph, stack: Stack) -> dict[int, tuple[str, ...]]:
     """Full position -> the fx node names of that layer's calls, in graph order."""
     prefix = f"{stack.path}." if stack.path else ""
     found: dict[int, list[str]] = {q: [] for q in range(len(stack.layers))}
-    for node in gm.graph.nodes:
+    for node in graph.nodes:
         path = node.target if node.op == "call_module" else _scope(node) if node.op in (
             "call_function", "call_method") else None
         if isinstance(path, str) and path.startswith(prefix):

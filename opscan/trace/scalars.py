@@ -25,7 +25,7 @@ _ALLOWED = getattr(torch._C, "_should_allow_numbers_as_tensors", lambda name: Fa
 
 def rewrapped(func, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """`args`/`kwargs` with each number in a Tensor-typed parameter made a 0-dim tensor (see above)."""
-    positions, names = _tensor_parameters(func)
+    positions, names = tensor_parameters(func)
     if not any(_is_number(args[i]) for i in positions if i < len(args)) and \
             not any(_is_number(kwargs.get(n)) for n in names):
         return args, kwargs
@@ -35,8 +35,29 @@ def rewrapped(func, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return args, kwargs
 
 
+def numbers_in(positions, names, args: tuple, kwargs: dict) -> bool:
+    """Whether a number sits in one of the Tensor-typed parameters (`positions`, `names`: `tensor_parameters`'s),
+    that is whether `rewrapped` changes the call (a tensor or None is read by its type alone)."""
+    count = len(args)
+    for i in positions:  # (a tensor or None, most arguments, is told by its type without a call)
+        if i < count and type(args[i]) not in _NOT_NUMBERS and _number(args[i]):
+            return True
+    return any(_number(kwargs.get(n)) for n in names) if names else False
+
+
+def _number(value) -> bool:
+    kind = type(value)
+    if kind in _NOT_NUMBERS:
+        return False
+    return kind in _NUMBERS or _is_number(value)
+
+
+_NUMBERS = frozenset({int, float, bool, complex})
+_NOT_NUMBERS = frozenset({torch.Tensor, torch.nn.Parameter, type(None)})
+
+
 @functools.lru_cache(maxsize=None)
-def _tensor_parameters(func) -> tuple[frozenset[int], frozenset[str]]:
+def tensor_parameters(func) -> tuple[frozenset[int], frozenset[str]]:
     """Positions and names of the parameters typed plain `Tensor` in the op's schema."""
     schema = getattr(func, "_schema", None)
     if schema is None or _ALLOWED(schema.name.partition("::")[2]):

@@ -57,7 +57,8 @@ def make_optimizer(model: torch.nn.Module, build_optimizer=None) -> torch.optim.
     """build_optimizer(model), else AdamW with defaults over the trainable parameters."""
     if build_optimizer is not None:
         return build_optimizer(model)
-    params = [p for p in model.parameters() if p.requires_grad]
+    with torch._C.DisableTorchFunction():  # opscan's own reads, not the step's calls (no mode's job acts on them)
+        params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         said = "the model has no trainable parameters, so there is nothing for the default AdamW to train — "
         raise StepError(said + "scan its forward with --inference, or define build_optimizer(model) or "

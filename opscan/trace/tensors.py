@@ -11,6 +11,8 @@ tensor's bytes as 0 (byte sums downstream stay sums of known sizes).
 
 from __future__ import annotations
 
+from math import prod
+
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
@@ -44,6 +46,10 @@ class StorageIds:
         known = self._live.get(storage._cdata)
         if known is not None and not _EXPIRED(known[1].cdata):
             return known[0]
+        return self.new(storage)
+
+    def new(self, storage) -> int:
+        """A number for a storage met for the first time (or whose address a freed one had)."""
         ref = StorageWeakRef(storage)  # holds a weak count: the address is not reused while we look
         self._next += 1
         self._live[ref.cdata] = (self._next, ref)
@@ -155,47 +161,74 @@ def describe(t: torch.Tensor, storages: StorageIds, made_from: tuple[int, ...] |
     """dtype, shape, stride, device, storage id, bytes, storage offset (from where a given tensor starts),
     requires_grad and whether it stays on the host (StoragePlaces, with the sources it comes from) of one tensor:
     an argument the op reads (`made_from` None) or a result of an op (`made_from`: the sources of its tensor
-    arguments when they were all on the host, else ()), and its layout."""
+    arguments when they were all on the host, else ()), and its layout. Each attribute is read once, and the
+    placement model is asked only about a storage it has not placed yet."""
     dtype = t.dtype
     known = _DTYPES.get(dtype)
     if known is None:
         known = _DTYPES[dtype] = (str(dtype).removeprefix("torch."), t.element_size())
-    name, size = known
     device = t.device
     where = _DEVICE_NAMES.get(device)
     if where is None:
         where = _DEVICE_NAMES[device] = str(device)
+    shape, stride, nbytes, offset = _sizes(t, known[1])
     try:
-        stride = t.stride()
-    except (RuntimeError, NotImplementedError):  # sparse and other non-strided layouts
-        stride = ()
-    if t._has_symbolic_sizes_strides:
-        shape, stride = concrete(t.shape), concrete(stride)
-        nbytes = 0 if UNKNOWN in shape else _product(shape) * size  # 0: no negative byte sums
+        storage = t.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        sid = -1
     else:
-        shape = tuple(t.shape)
-        nbytes = _product(shape) * size
-    sid = storages.of(t)
+        known_id = storages._live.get(storage._cdata)
+        sid = known_id[0] if known_id is not None and not _EXPIRED(known_id[1].cdata) else storages.new(storage)
     placement = storages.placement
-    if placement.tracking:
+    if placement.tracking and sid not in placement.made and sid not in placement.given:
         if made_from is None:
             placement.read(sid)
         else:
             placement.made_by((sid,), made_from)
-    try:
-        offset = t.storage_offset()
-    except (RuntimeError, NotImplementedError):  # sparse and other non-strided layouts
-        offset = 0
-    if type(offset) is not int:
-        offset = concrete((offset,))[0]
-    offset = offset - placement.base.get(sid, 0) if offset >= 0 else UNKNOWN
+    if offset < 0:
+        offset = UNKNOWN
+    elif placement.base:
+        offset -= placement.base.get(sid, 0)
     layout = t.layout
-    key = (name, shape, tuple(stride), where, sid, nbytes, offset, t.requires_grad, sid in placement.host,
+    key = (known[0], shape, tuple(stride), where, sid, nbytes, offset, t.requires_grad, sid in placement.host,
            "strided" if layout is _STRIDED else str(layout).removeprefix("torch."), placement.roots.get(sid, ()))
     meta = storages.metas.get(key)
     if meta is None:
         meta = storages.metas[key] = TensorMeta(*key)
     return meta
+
+
+def _sizes(t: torch.Tensor, itemsize: int) -> tuple[tuple, tuple, int, int]:
+    """(shape, stride, bytes, storage offset) of `t`, each read once (`describe`'s; -1 for what depends on tensor
+    values, whose bytes count 0: no negative byte sums)."""
+    if t._has_symbolic_sizes_strides:
+        shape = concrete(t.shape)
+        return shape, concrete(_stride(t)), 0 if UNKNOWN in shape else prod(shape) * itemsize, _offset(t)
+    shape = tuple(t.shape)
+    try:
+        stride = t.stride()
+    except (RuntimeError, NotImplementedError):  # sparse and other non-strided layouts
+        stride = ()
+    try:
+        offset = t.storage_offset()
+    except (RuntimeError, NotImplementedError):
+        offset = 0
+    return shape, stride, prod(shape) * itemsize, offset if type(offset) is int else concrete((offset,))[0]
+
+
+def _stride(t: torch.Tensor) -> tuple:
+    try:
+        return t.stride()
+    except (RuntimeError, NotImplementedError):  # sparse and other non-strided layouts
+        return ()
+
+
+def _offset(t: torch.Tensor) -> int:
+    try:
+        offset = t.storage_offset()
+    except (RuntimeError, NotImplementedError):  # sparse and other non-strided layouts
+        return 0
+    return offset if type(offset) is int else concrete((offset,))[0]
 
 
 def tensors_in(*values) -> list[torch.Tensor]:
@@ -230,10 +263,3 @@ def concrete(dims) -> tuple[int, ...]:
         hint = d.node.maybe_as_int() if isinstance(d, torch.SymInt) else None
         out.append(UNKNOWN if hint is None else int(hint))
     return tuple(out)
-
-
-def _product(dims) -> int:
-    total = 1
-    for d in dims:
-        total *= d
-    return total
