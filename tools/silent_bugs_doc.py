@@ -138,17 +138,58 @@ def render() -> str:
               "(the research trail is in tools/silent/triage.yaml):", "",
               "| outcome | reports | meaning |", "|---|---|---|"]
     lines += [f"| {k} | {counts[k]} | {v} |" for k, v in OUTCOMES.items()]
+    lines += ["", _releases_paragraph(triage)]
     searches = data.get("searches") or []
     lines += ["", f"The searches of the latest triage ({len(searches)}; the first triage's were not recorded), with "
               "the number of results each returned, so that the next triage can diff:", "",
               "| corpus | results | query |", "|---|---|---|"]
     lines += [f"| {q['corpus']} | {q['count']} | {_cell(q['query'])} |" for q in searches]
-    lines += ["", "| id | title | outcome | reason |", "|---|---|---|---|"]
+    lines += ["", "| id | title | outcome | releases | reason |", "|---|---|---|---|---|"]
     for r in triage:
         link = f"[{r['id']}]({r['url']})" if r.get("url") else r["id"]
-        reason = r.get("reason") or f"entry {r.get('entry')}"
-        lines.append(f"| {link} | {_cell(r['title'])} | {r['outcome']} | {_cell(reason)[:300]} |")
+        reason = _clip(_cell(r.get("reason") or f"entry {r.get('entry')}"), 300) + _condition(r)
+        lines.append(f"| {link} | {_cell(r['title'])} | {r['outcome']} | {_releases(r)} | {reason} |")
     return "\n".join(lines) + "\n"
+
+
+def _releases_paragraph(triage) -> str:
+    """How many reports that are not entries carry their releases, and how many could not be dated."""
+    dated = [r for r in triage if r["outcome"] != "entry" and r.get("confidence")]
+    known = Counter(r["confidence"] for r in dated if r.get("affected"))
+    unknown = [r for r in dated if not r.get("affected")]
+    return (f"Releases of the reports that are not entries: {sum(known.values())} carry the releases established for "
+            f"them by the same rules as the entries' ({', '.join(f'{known[c]} {c}' for c in ('high', 'medium', 'low'))}"
+            " confidence; `reported`, `affected`, `fixed_in`, `macos`, `established` and `confidence` in triage.yaml, "
+            f"the `releases` column below); {len(unknown)} are regression tests whose origin no search found, so no "
+            "release of a bug behind them could be established: each one's `established` names what was searched. "
+            "A report whose condition is unclear or value-dependent stays out for that reason, not for its releases.")
+
+
+def _releases(record) -> str:
+    """A triage record's releases: first - last affected, the macOS range, the fixing release and the confidence."""
+    if not record.get("confidence"):
+        return ""
+    if not record.get("affected"):
+        return f"not found (see `established`; {record['confidence']})"
+    first, last = record["affected"]
+    macos = record.get("macos")
+    gate = f", macOS {macos[0]}–{macos[1] or ''}" if macos else ""
+    fixed = record.get("fixed_in") or (f"macOS {macos[1]}" if macos and macos[1] else "—")
+    return f"{first} – {last}.x{gate}; fixed {fixed} ({record['confidence']})"
+
+
+def _clip(text: str, limit: int) -> str:
+    """`text`, cut to `limit` characters with an ellipsis where it was longer (triage.yaml has the whole)."""
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
+def _condition(record) -> str:
+    """The `when` a record would have as an entry, when it names one."""
+    when = record.get("when")
+    if not when:
+        return ""
+    text = "; ".join(f"`{op}`: `{w}`" for op, w in when.items()) if isinstance(when, dict) else f"`{when}`"
+    return f"; condition: {_cell(text)}"
 
 
 def _recall() -> list[str]:
