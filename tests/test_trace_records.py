@@ -54,3 +54,31 @@ def test_every_call_of_a_real_trace_round_trips_through_the_dataclass():
     assert calls
     for call in calls:
         assert OpCall(**{f.name: getattr(call, f.name) for f in dataclasses.fields(OpCall)}) == call
+
+
+class _Overwrites(torch.nn.Module):
+    """Integer tensors written without being read: an `empty` that copy_ fills, an out= of add."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        idx = torch.empty(3, dtype=torch.int64, device=x.device).copy_(torch.arange(3, device=x.device))
+        out = torch.empty(3, dtype=torch.int64, device=x.device)
+        torch.add(idx, 1, out=out)
+        return self.lin(x)[out].sum()
+
+
+def test_argspec_keeps_no_values_of_what_a_call_overwrites_without_reading():
+    # their values are whatever memory the tensor was given: recorded, they made args_spec (and the probes planned
+    # from it) differ run to run (found in BERT's, the LSTM's and Faster R-CNN's traces)
+    from opscan.target.load import Target
+    from opscan.trace import trace_step
+
+    calls = trace_step(Target("t", "t", _Overwrites(), torch.randn(4, 4), None, None, None)).calls
+    copy = next(c for c in calls if c.op.name == "copy_" and c.inputs[0].dtype == "int64")
+    dst, src = copy.args_spec["args"][:2]
+    assert "v" not in dst and src["v"] == [0, 1, 2]
+    add = next(c for c in calls if c.op.name == "add" and c.op.overload == "out")
+    assert "v" not in add.args_spec["kwargs"]["out"] and add.args_spec["args"][0]["v"] == [0, 1, 2]

@@ -24,7 +24,8 @@ DEVICE_QUERY = torch.ops.prim.device.default  # dispatched only by tensors with 
 class OpPlan:
     """The per-operator facts of one operator (module docstring)."""
 
-    __slots__ = ("func", "op", "device_query", "bookkeeping", "numbers_at", "numbers_named", "grows")
+    __slots__ = ("func", "op", "device_query", "bookkeeping", "numbers_at", "numbers_named", "grows",
+                 "overwritten_at", "overwritten_named")
 
     def __init__(self, func):
         self.func = func
@@ -36,6 +37,29 @@ class OpPlan:
         self.numbers_named = names
         schema = getattr(func, "_schema", None)
         self.grows = bool(schema is not None and schema.is_mutable)
+        self.overwritten_at, self.overwritten_named = _overwritten(schema, self.op)
+
+
+# in-place ops that write every element of `self` without reading it: their `self` holds whatever memory it was
+# given (an `empty` copy_ writes into), so its values are not an input of the call
+_FILLS = frozenset({"copy_", "fill_", "zero_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_",
+                    "geometric_", "cauchy_", "log_normal_"})
+
+
+def _overwritten(schema, op) -> tuple[tuple[int, ...], frozenset]:
+    """(positions, keyword names) of the arguments a call writes without reading: out= arguments, and `self` of
+    the fills above. Their values are uninitialised memory as often as not: argspec must not record them."""
+    if schema is None or op is None:
+        return (), frozenset()
+    positions, names = [], set()
+    for i, arg in enumerate(schema.arguments):
+        if not (getattr(arg, "is_out", False) or (i == 0 and op.name in _FILLS and arg.name == "self")):
+            continue
+        if arg.kwarg_only:
+            names.add(arg.name)
+        else:
+            positions.append(i)
+    return tuple(positions), frozenset(names)
 
 
 PLANS: dict[int, OpPlan] = {}

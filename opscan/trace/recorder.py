@@ -121,6 +121,7 @@ class CallRecorder(TorchDispatchMode):
         self._last_phase = phase
         # before the call: an in-place op changes its inputs
         ins, shown, spec = read_call(args, kwargs)
+        _drop_values(spec, plan)
         storages = self.storages
         storages.placement.site = site[2]  # a host tensor first met here is named by this line
         inputs = tuple([describe(t, storages) for t in ins])
@@ -286,3 +287,16 @@ def _device_query(func, args, kwargs):
     if isinstance(x, FakeTensor):
         return torch.device("meta") if x.fake_mode.in_kernel_invocation else x.fake_device
     return func(*args, **kwargs)
+
+
+def _drop_values(spec: dict, plan) -> None:
+    """Forget the values argspec read from the arguments the call overwrites without reading (plans.py): they
+    are whatever memory the tensor was given, different run to run."""
+    if not (plan.overwritten_at or plan.overwritten_named):
+        return
+    for i in plan.overwritten_at:
+        if i < len(spec["args"]) and isinstance(spec["args"][i], dict):
+            spec["args"][i].pop("v", None)
+    for name in plan.overwritten_named:
+        if isinstance(spec["kwargs"].get(name), dict):
+            spec["kwargs"][name].pop("v", None)
