@@ -172,7 +172,10 @@ class HostDevices:
     def enter(self):
         """A FakeTensor's `device` is a Python property that no TorchFunctionMode sees (and one shared object per
         device): while the step runs it hands out a fresh object per read, noted like the getter's."""
-        original = self._fake_device = FakeTensor.__dict__["device"]
+        original = next((k.__dict__["device"] for k in FakeTensor.__mro__ if "device" in k.__dict__), None)
+        if not isinstance(original, property):  # a release that spells it otherwise: the getter job alone
+            return
+        self._fake_device = original
 
         def device(tensor):
             found = original.fget(tensor)
