@@ -43,25 +43,13 @@ def _props(report: Report):
 def _case(row: Row, why: str | None) -> str:
     name = quoteattr(f"{row.op.display} [{signature_text(row.dtypes)}]")
     classname = quoteattr("opscan." + ((row.modules[0] if row.modules else "") or "model"))
-    text = f"{row.verdict.value} ({row.source.value}): {row.evidence.text}" + (
-        f"\nfix: {row.remedy}" if row.remedy else "")
-    if why is not None:
-        message = quoteattr(f"{row.verdict.value}: {why}")
-        body = f"<failure type={quoteattr(row.verdict.value)} message={message}>{_text(text)}</failure>"
-    else:
-        body = f"<system-out>{_text(text)}</system-out>" if row.verdict.rank else ""
+    body = _body(row.verdict.value, row.source.value, row.evidence.text, row.remedy, why, bool(row.verdict.rank))
     return f'<testcase classname={classname} name={name} time="0">{body}</testcase>\n'
 
 
 def _code_case(finding, why: str | None) -> str:
     name = quoteattr(f"{finding.summary()} at {at_text(finding.site) or '(no line)'}")
-    text = f"{finding.verdict.value} ({finding.source.value}): {finding.why}" + (
-        f"\nfix: {finding.fix}" if finding.fix else "")
-    if why is not None:
-        message = quoteattr(f"{finding.verdict.value}: {why}")
-        body = f"<failure type={quoteattr(finding.verdict.value)} message={message}>{_text(text)}</failure>"
-    else:
-        body = f"<system-out>{_text(text)}</system-out>"
+    body = _body(finding.verdict.value, finding.source.value, finding.why, finding.fix, why, True)
     return f'<testcase classname="opscan.code" name={name} time="0">{body}</testcase>\n'
 
 
@@ -73,3 +61,11 @@ def quoteattr(text: str) -> str:
 
 def _text(text: str) -> str:
     return xml_text(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _body(verdict: str, source: str, reason: str, fix: str | None, why: str | None, shown: bool) -> str:
+    """A test case's body: a failure with `why` when the gate fails it, else its text as system-out (`shown`)."""
+    text = f"{verdict} ({source}): {reason}" + (f"\nfix: {fix}" if fix else "")
+    if why is not None:
+        return f"<failure type={quoteattr(verdict)} message={quoteattr(f'{verdict}: {why}')}>{_text(text)}</failure>"
+    return f"<system-out>{_text(text)}</system-out>" if shown else ""

@@ -97,13 +97,7 @@ class HostFactories:
             out = inner(func, args, kwargs)
         finally:
             placement.end_factory()
-        if not isinstance(out, torch.Tensor):
-            return out
-        placement.moving += 1
-        try:
-            return _copy(out)
-        finally:
-            placement.moving -= 1
+        return _landed(placement, out) if isinstance(out, torch.Tensor) else out
 
 
 class DeviceMoves:
@@ -240,11 +234,7 @@ class CompositeMoves:
                 t = bound.get(name)
                 if isinstance(t, torch.Tensor) and placement.is_host(self.storages.of(t)):
                     placement.read(self.storages.of(t))
-                    placement.moving += 1
-                    try:
-                        copy = _copy(t)
-                    finally:
-                        placement.moving -= 1
+                    copy = _landed(placement, t)
                     if name in kwargs:
                         kwargs[name] = copy
                     else:
@@ -261,6 +251,15 @@ class CompositeMoves:
             return inner(func, args, kwargs)
         finally:
             placement.moving -= 1
+
+
+def _landed(placement, x: torch.Tensor) -> torch.Tensor:
+    """The copy a Mac makes of host tensor `x` on the device: what it makes lands there (`moving`)."""
+    placement.moving += 1
+    try:
+        return _copy(x)
+    finally:
+        placement.moving -= 1
 
 
 def _copy(x: torch.Tensor) -> torch.Tensor:
